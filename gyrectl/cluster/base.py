@@ -1,0 +1,92 @@
+"""The one interface through which gyrectl acts on nodes: discover them, start a step on some of
+them, stop it, observe it. The coordinator drives it without knowing which backend it has.
+
+A *step* is one process group bound to a set of nodes (a vLLM server on a cell, a torchrun
+training step over the train cells). On Slurm it is an ``srun`` job step inside the allocation;
+on the local backend a process group on this machine; in the simulator a virtual-clock event.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node of the allocation, as discovered on the head."""
+
+    name: str
+    """Hostname (Slurm node name, or ``local-N`` for the local backend's virtual nodes)."""
+    het_group: int
+    """Heterogeneous-job component: 0 = head (coordinator), 1 = worker pool."""
+    gpus: int
+    """GPUs the allocation holds on this node."""
+    cpus: int
+    """CPUs the allocation holds on this node."""
+    address: str = ""
+    """Address other nodes reach it at (empty when unknown)."""
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """What to run, where."""
+
+    name: str
+    """Human-readable step name (``rollout-cell0``, ``train-step3``); also the Slurm step name."""
+    nodes: tuple[str, ...]
+    """Node names the step runs on (one task per node)."""
+    command: tuple[str, ...]
+    """argv of each task."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Extra environment for the tasks."""
+    cpus_per_node: int = 1
+    """CPUs the step takes on each node (Slurm: ``--exact -c``)."""
+    gpus_per_node: int = 0
+    """GPUs the step takes on each node."""
+    log_path: Path | None = None
+    """Where the step's stdout and stderr go."""
+
+
+class StepState(str, Enum):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def ended(self) -> bool:
+        return self in (StepState.SUCCEEDED, StepState.FAILED, StepState.CANCELLED)
+
+
+@dataclass(frozen=True)
+class StepStatus:
+    step_id: str
+    state: StepState
+    exit_code: int | None = None
+
+
+class Cluster(abc.ABC):
+    """Nodes and steps of one allocation."""
+
+    backend: str
+
+    @abc.abstractmethod
+    def discover(self) -> Sequence[Node]:
+        """The allocation's nodes, head component first."""
+
+    @abc.abstractmethod
+    def start_step(self, spec: StepSpec) -> str:
+        """Starts ``spec`` and returns its step id (unique within the allocation)."""
+
+    @abc.abstractmethod
+    def stop_step(self, step_id: str, *, grace_s: float = 5.0) -> None:
+        """Asks the step to stop (SIGTERM), killing it after ``grace_s`` seconds."""
+
+    @abc.abstractmethod
+    def step_status(self, step_id: str) -> StepStatus:
+        """Current state of a step started by :meth:`start_step`."""

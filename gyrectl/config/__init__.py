@@ -1,0 +1,8 @@
+"""One typed config tree from YAML: ``schema`` (frozen dataclasses, a docstring per field),
+``loader`` (YAML + ``--set`` overrides -> dataclasses, with field paths in every error) and
+``checks`` (cross-field rules that show their arithmetic)."""
+
+from gyrectl.config.loader import apply_overrides, dump_config, load_config, parse_config
+from gyrectl.config.schema import Config
+
+__all__ = ["Config", "apply_overrides", "dump_config", "load_config", "parse_config"]

@@ -1,0 +1,126 @@
+"""Cross-field rules, checked once the types are right. Each error names the field and shows
+the arithmetic, so the fix is obvious from the message alone."""
+
+from __future__ import annotations
+
+import re
+
+from gyrectl.config.schema import Config
+from gyrectl.errors import ConfigError
+
+_RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_SLURM_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+
+
+def parse_time_limit_s(text: str) -> int:
+    """Seconds in a Slurm time string: ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH[:MM[:SS]]``."""
+    match = _SLURM_TIME.match(text.strip())
+    if not match:
+        raise ValueError(text)
+    days, a, b, c = match.groups()
+    parts = [int(x) for x in (a, b, c) if x is not None]
+    if days is not None:  # D-HH, D-HH:MM, D-HH:MM:SS
+        hours, minutes, seconds = (parts + [0, 0])[:3]
+        return ((int(days) * 24 + hours) * 60 + minutes) * 60 + seconds
+    if len(parts) == 1:
+        return parts[0] * 60
+    if len(parts) == 2:
+        return parts[0] * 60 + parts[1]
+    return (parts[0] * 60 + parts[1]) * 60 + parts[2]
+
+
+def _at_least(path: str, value: int | float, minimum: int | float) -> None:
+    if value < minimum:
+        raise ConfigError(path, f"must be at least {minimum}, got {value}")
+
+
+def check_config(config: Config) -> None:
+    run, cluster, model, cells = config.run, config.cluster, config.model, config.cells
+    if not _RUN_NAME.match(run.name):
+        raise ConfigError("run.name", f"{run.name!r} may only hold letters, digits, '.', '_' and '-' "
+                                      "(it names a directory)")
+    if not run.output_root.strip():
+        raise ConfigError("run.output_root", "must not be empty")
+    _at_least("run.steps", run.steps, 1)
+    try:
+        limit_s = parse_time_limit_s(cluster.time_limit)
+    except ValueError:
+        raise ConfigError("cluster.time_limit", f"{cluster.time_limit!r} is not a Slurm time "
+                                                "(MM, HH:MM:SS or D-HH:MM:SS)") from None
+    if limit_s <= 0:
+        raise ConfigError("cluster.time_limit", f"{cluster.time_limit!r} is zero")
+    _at_least("cluster.nodes", cluster.nodes, 1)
+    _at_least("cluster.gpus_per_node", cluster.gpus_per_node, 0)
+    _at_least("cluster.cpus_per_node", cluster.cpus_per_node, 1)
+    _at_least("cluster.mem_per_node_gb", cluster.mem_per_node_gb, 0)
+    _at_least("cluster.head.cpus", cluster.head.cpus, 1)
+    _at_least("cluster.head.mem_gb", cluster.head.mem_gb, 0)
+    for i, line in enumerate(cluster.extra_sbatch):
+        if line.lstrip().startswith("#SBATCH"):
+            raise ConfigError(f"cluster.extra_sbatch[{i}]", f"write the option without '#SBATCH' "
+                                                            f"(e.g. {line.split('#SBATCH', 1)[1].strip()!r})")
+        if "\n" in line:
+            raise ConfigError(f"cluster.extra_sbatch[{i}]", "must be a single line")
+
+    _at_least("model.tensor_parallel", model.tensor_parallel, 1)
+    _at_least("model.pipeline_parallel", model.pipeline_parallel, 1)
+    _at_least("cells.nodes_per_cell", cells.nodes_per_cell, 1)
+    if cluster.nodes % cells.nodes_per_cell:
+        raise ConfigError("cells.nodes_per_cell", (
+            f"cluster.nodes={cluster.nodes} is not a multiple of cells.nodes_per_cell={cells.nodes_per_cell} "
+            f"({cluster.nodes} % {cells.nodes_per_cell} = {cluster.nodes % cells.nodes_per_cell} node(s) "
+            f"would belong to no cell)"))
+    server_gpus = model.tensor_parallel * model.pipeline_parallel
+    if cluster.gpus_per_node > 0:
+        cell_gpus = cells.nodes_per_cell * cluster.gpus_per_node
+        if server_gpus > cell_gpus:
+            raise ConfigError("cells.nodes_per_cell", (
+                f"cells.nodes_per_cell={cells.nodes_per_cell} with {cluster.gpus_per_node} GPUs/node "
+                f"({cell_gpus} GPUs per cell) cannot host model.tensor_parallel={model.tensor_parallel} x "
+                f"model.pipeline_parallel={model.pipeline_parallel} = {server_gpus} GPUs"))
+        if cell_gpus % server_gpus:
+            raise ConfigError("model.tensor_parallel", (
+                f"a cell's {cell_gpus} GPUs ({cells.nodes_per_cell} nodes x {cluster.gpus_per_node}) are not a "
+                f"multiple of tensor_parallel x pipeline_parallel = {server_gpus}, so the training layout "
+                f"leaves {cell_gpus % server_gpus} GPU(s) of every cell unused"))
+    elif server_gpus > 1:
+        raise ConfigError("model.tensor_parallel", (
+            f"cluster.gpus_per_node=0 (CPU only) cannot run tensor_parallel x pipeline_parallel = "
+            f"{server_gpus} > 1"))
+
+    rollout, training, dedup, scheduler = config.rollout, config.training, config.dedup, config.scheduler
+    _at_least("rollout.concurrency_per_server", rollout.concurrency_per_server, 1)
+    _at_least("rollout.executions_per_task", rollout.executions_per_task, 1)
+    if rollout.execution_time_limit_s <= 0:
+        raise ConfigError("rollout.execution_time_limit_s", f"must be positive, got {rollout.execution_time_limit_s}")
+    if rollout.execution_time_limit_s > limit_s:
+        raise ConfigError("rollout.execution_time_limit_s", (
+            f"{rollout.execution_time_limit_s:g} s is longer than the job's cluster.time_limit="
+            f"{cluster.time_limit} ({limit_s} s): no execution could reach its limit"))
+    _at_least("training.batch_executions", training.batch_executions, 1)
+    if training.batch_executions % rollout.executions_per_task:
+        raise ConfigError("training.batch_executions", (
+            f"{training.batch_executions} is not a multiple of rollout.executions_per_task="
+            f"{rollout.executions_per_task}: GRPO groups would be split across steps "
+            f"({training.batch_executions} % {rollout.executions_per_task} = "
+            f"{training.batch_executions % rollout.executions_per_task})"))
+    if training.lr <= 0:
+        raise ConfigError("training.lr", f"must be positive, got {training.lr:g}")
+    _at_least("training.micro_batch_tokens", training.micro_batch_tokens, 1)
+    if not 0 < training.clip_eps < 1:
+        raise ConfigError("training.clip_eps", f"must be in (0, 1), got {training.clip_eps:g}")
+    _at_least("dedup.j_max", dedup.j_max, 1)
+    _at_least("scheduler.max_staleness", scheduler.max_staleness, 0)
+
+    num_cells = config.num_cells
+    if scheduler.policy == "async":
+        if not 1 <= scheduler.async_train_cells < num_cells:
+            raise ConfigError("scheduler.async_train_cells", (
+                f"async needs at least one training and one rollout cell: {scheduler.async_train_cells} "
+                f"training cell(s) of {num_cells} ({cluster.nodes} nodes / {cells.nodes_per_cell} per cell)"))
+    if scheduler.policy == "elastic":
+        _at_least("scheduler.min_rollout_cells", scheduler.min_rollout_cells, 0)
+        if scheduler.min_rollout_cells >= num_cells:
+            raise ConfigError("scheduler.min_rollout_cells", (
+                f"{scheduler.min_rollout_cells} of {num_cells} cells may never leave rollout, so no cell "
+                f"could ever train ({cluster.nodes} nodes / {cells.nodes_per_cell} per cell = {num_cells} cells)"))

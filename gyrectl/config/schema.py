@@ -1,0 +1,164 @@
+"""The configuration tree. Each field's docstring (the string under it) is its documentation;
+``gyrectl config docs`` prints them and unknown-key errors use them.
+
+Sizes follow Slurm's vocabulary: a *node* is a machine, a *cell* is ``cells.nodes_per_cell``
+nodes that move between roles together (one rollout server, or one slice of the training step).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    name: str = "run"
+    """Run name: the run directory is ``output_root/name`` (letters, digits, '.', '_', '-')."""
+    output_root: str = "runs"
+    """Where run directories live; on Slurm, a path every node sees (shared filesystem). A relative
+    path is taken from the directory ``gyrectl launch`` runs in."""
+    seed: int = 0
+    """Seed for task order, sampling and model init, so a run can be repeated."""
+    steps: int = 10
+    """Training steps to run before the run ends."""
+
+
+@dataclass(frozen=True)
+class HeadConfig:
+    cpus: int = 2
+    """CPUs of the head component (coordinator, gateway, agent harnesses)."""
+    mem_gb: int = 0
+    """Memory of the head component in GB (0 = the partition's default)."""
+    partition: str = ""
+    """Partition of the head component (empty = ``cluster.partition``); often a CPU partition."""
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    backend: Literal["local", "slurm"] = "local"
+    """``local``: every role is a process on this machine (virtual nodes); ``slurm``: a Slurm
+    allocation submitted through submitit."""
+    layout: Literal["hetjob"] = "hetjob"
+    """How the allocation is shaped on Slurm. ``hetjob``: one heterogeneous job, component 0 the
+    head, component 1 the worker pool (one job id, co-scheduled start)."""
+    partition: str = ""
+    """Slurm partition of the worker pool (empty = the cluster's default partition)."""
+    account: str = ""
+    """Slurm account to charge (empty = your default)."""
+    qos: str = ""
+    """Slurm QOS (empty = the default)."""
+    time_limit: str = "01:00:00"
+    """Wall-clock limit of the job, in Slurm's format (``MM``, ``HH:MM:SS``, ``D-HH:MM:SS``)."""
+    nodes: int = 1
+    """Worker nodes (component 1); a multiple of ``cells.nodes_per_cell``."""
+    gpus_per_node: int = 0
+    """GPUs on each worker node (0 on a CPU-only machine)."""
+    cpus_per_node: int = 2
+    """CPUs of each worker node the job asks for."""
+    mem_per_node_gb: int = 0
+    """Memory per worker node in GB (0 = the partition's default)."""
+    head: HeadConfig = field(default_factory=HeadConfig)
+    """The CPU component that runs the coordinator."""
+    extra_sbatch: tuple[str, ...] = ()
+    """Extra ``#SBATCH`` lines for every component, without the prefix (``--constraint=h100``)."""
+    setup: tuple[str, ...] = ()
+    """Shell lines run at the start of the batch script (``module load cuda``)."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    path: str = ""
+    """Folder of an HF-format model (config.json, safetensors, tokenizer). For the embedded default
+    ``gyrectl model tiny DIR`` builds one."""
+    tensor_parallel: int = 1
+    """Tensor-parallel size of a rollout server."""
+    pipeline_parallel: int = 1
+    """Pipeline-parallel size of a rollout server."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "bfloat16"
+    """Weights and compute dtype (``float32`` on CPU)."""
+
+
+@dataclass(frozen=True)
+class CellsConfig:
+    nodes_per_cell: int = 1
+    """Nodes that move between roles together; a cell hosts one rollout server, so its GPUs
+    (nodes_per_cell x gpus_per_node) must be a multiple of tensor_parallel x pipeline_parallel."""
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    engine_args: dict[str, Any] = field(default_factory=dict)
+    """Extra vLLM server arguments (``max-model-len: 4096`` becomes ``--max-model-len 4096``)."""
+    concurrency_per_server: int = 32
+    """Executions one rollout server serves at once."""
+    harness_command: tuple[str, ...] = ()
+    """The agent program run once per execution; it gets the gateway URL and key in
+    ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` and the task in ``GYRECTL_TASK``."""
+    tasks: str = ""
+    """JSONL file of tasks (one object per line with at least ``id``)."""
+    executions_per_task: int = 8
+    """Executions of the same task per step: the group GRPO compares."""
+    execution_time_limit_s: float = 3600.0
+    """An execution still running after this many seconds is stopped and scored on what it
+    produced."""
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    algorithm: Literal["grpo"] = "grpo"
+    """Policy-gradient algorithm."""
+    batch_executions: int = 64
+    """Finished executions one training step consumes."""
+    lr: float = 1e-6
+    """AdamW learning rate."""
+    micro_batch_tokens: int = 16384
+    """Token budget of one packed micro-batch."""
+    clip_eps: float = 0.2
+    """PPO-style clipping range of the importance ratio."""
+
+
+@dataclass(frozen=True)
+class DedupConfig:
+    mode: Literal["exact", "paths"] = "exact"
+    """``exact``: every unique token computed once, gradient equal to training on every path.
+    ``paths``: sample up to ``j_max`` root-to-leaf paths per execution (role priority)."""
+    j_max: int = 4
+    """Paths kept per execution in ``paths`` mode."""
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    policy: Literal["elastic", "colocate", "async"] = "elastic"
+    """``elastic``: cells move between rollout and training at run time. ``colocate``: all cells
+    roll out, then all train. ``async``: a fixed rollout/train split."""
+    max_staleness: int = 1
+    """Most weight versions a trajectory may lag the trainer by and still be trained on."""
+    async_train_cells: int = 1
+    """Cells that train under ``async`` (the rest roll out)."""
+    min_rollout_cells: int = 0
+    """Cells that never leave rollout under ``elastic`` (a standalone rollout pool; 0 = none)."""
+
+
+@dataclass(frozen=True)
+class Config:
+    run: RunConfig = field(default_factory=RunConfig)
+    """The run's name, output root and seed."""
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    """Where it runs: backend, Slurm partition and sizes."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The policy model and its parallel layout."""
+    cells: CellsConfig = field(default_factory=CellsConfig)
+    """The unit that moves between roles."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """Rollout servers and the agent harness."""
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    """The training step."""
+    dedup: DedupConfig = field(default_factory=DedupConfig)
+    """Trajectory-tree deduplication before each step."""
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    """Which policy moves cells between roles."""
+
+    @property
+    def num_cells(self) -> int:
+        return self.cluster.nodes // self.cells.nodes_per_cell

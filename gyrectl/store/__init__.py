@@ -1,0 +1,1 @@
+"""Durable on-disk records shared by the coordinator, the capture store and the CLI."""
