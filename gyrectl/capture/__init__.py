@@ -1,0 +1,1 @@
+"""Token-level capture of every model call: the record format and the store that keeps it."""

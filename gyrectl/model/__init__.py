@@ -1,0 +1,1 @@
+"""Policy models: building the tiny local model and loading any HF-format checkpoint."""
