@@ -1,0 +1,1 @@
+"""Deduplication of trajectory trees before a training step, and tree-packed batches (pure)."""
