@@ -1,0 +1,113 @@
+"""Exact dedup proof: the gradient of the tree-packed loss equals that of naive per-path training
+(fp32, tiny model), for trees with every branch kind, also when trees are split across
+micro-batches with prefix recomputation. Paths mode against its own naive definition."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from gyrectl.capture.stored import stored_calls
+from gyrectl.capture.tree import build_tree
+from gyrectl.dedup.exact import exact_dedup
+from gyrectl.dedup.forward import packed_loss
+from gyrectl.dedup.packing import pack
+from gyrectl.dedup.paths import paths_dedup, sample_paths, union_of_paths
+from tests.unit.agent_shapes import all_patterns
+from tests.unit.naive_paths import path_nll, root_to_leaf_paths, trainable_positions
+
+EXECUTIONS = {f"e{i}": all_patterns(f"e{i}", seed=i) for i in range(2)}
+
+
+def trees():
+    calls = stored_calls(r for records in EXECUTIONS.values() for r in records)
+    return [build_tree(e, c) for e, c in calls.items()]
+
+
+def gradient(model, loss_fn) -> torch.Tensor:
+    model.zero_grad()
+    loss = loss_fn()
+    loss.backward()
+    return loss.detach(), torch.cat([p.grad.flatten() for p in model.parameters()])
+
+
+def packed(model, weighted, budget):
+    batches = pack(weighted, budget=budget)
+    return sum(packed_loss(model, b.tensors()) for b in batches), batches
+
+
+def naive_loss(model, normalisation):
+    per_execution = []
+    for records in EXECUTIONS.values():
+        per_execution.append([path_nll(model, p, trainable_positions(p, records))
+                              for p in root_to_leaf_paths(records)])
+    if normalisation == "token":
+        nll = torch.cat([n for paths in per_execution for n in paths])
+        return nll.sum() / len(nll)
+    means = [torch.stack([n.mean() for n in paths if len(n)]).mean() for paths in per_execution]
+    return torch.stack(means).mean()
+
+
+def relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).norm() / b.norm())
+
+
+@pytest.mark.parametrize("normalisation", ["token", "path"])
+@pytest.mark.parametrize("split", [False, True])
+def test_exact_packed_gradient_equals_per_path_gradient(tiny_model, normalisation, split):
+    weighted = exact_dedup(trees(), normalisation=normalisation)
+    longest_path = max(int(w.depth.max()) + 1 for w in weighted)
+    budget = longest_path + 8 if split else 100_000
+    (loss_p, grad_p), (loss_n, grad_n) = (
+        gradient(tiny_model, lambda: packed(tiny_model, weighted, budget)[0]),
+        gradient(tiny_model, lambda: naive_loss(tiny_model, normalisation)))
+    assert abs(float(loss_p - loss_n)) <= 1e-5 * abs(float(loss_n))
+    assert relative(grad_p, grad_n) <= 1e-5
+    batches = packed(tiny_model, weighted, budget)[1]
+    if split:  # the small budget must really split trees and recompute prefixes
+        assert len(batches) > len(EXECUTIONS) and not any(b.over_budget for b in batches)
+
+
+def test_every_branch_kind_is_in_the_proof_trees():
+    kinds = {label.kind for tree in trees() for label in tree.labels}
+    assert kinds == {"new_context", "continuation", "retry", "parallel_sample"}
+    assert any(label.rerendered for tree in trees() for label in tree.labels)
+
+
+def test_unit_weights_are_wrong(tiny_model):
+    """The proof can fail: uniform weights over unique tokens (no path counts) differ."""
+    weighted = exact_dedup(trees(), normalisation="token")
+    uniform = [w.__class__(**{**w.__dict__, "loss_weight": (w.loss_weight > 0) / 100.0}) for w in weighted]
+    _, grad_u = gradient(tiny_model, lambda: packed(tiny_model, uniform, 100_000)[0])
+    _, grad_n = gradient(tiny_model, lambda: naive_loss(tiny_model, "token"))
+    assert relative(grad_u / grad_u.norm(), grad_n / grad_n.norm()) > 1e-2
+
+
+def test_paths_mode_gradient_equals_its_naive_definition(tiny_model):
+    j_max, seed = 3, 7
+    built = trees()
+    weighted = paths_dedup(built, j_max=j_max, seed=seed)
+    rng = np.random.default_rng(seed)
+    chosen = [sample_paths(t, j_max=j_max, rng=rng) for t in built]
+
+    def naive():
+        # Each chosen path forwarded on its own; a token shared by several chosen paths counted
+        # once (keyed by its prefix); mean within the execution, then over executions.
+        means = []
+        for tree, leaves in zip(built, chosen):
+            records = EXECUTIONS[tree.execution]
+            by_prefix = {}
+            for leaf in leaves:
+                path = tuple(tree.tokens[union_of_paths(tree, np.array([leaf]))].tolist())
+                positions = trainable_positions(path, records)
+                for t, nll in zip(positions, path_nll(tiny_model, path, positions)):
+                    by_prefix.setdefault(path[:t + 1], nll)
+            means.append(torch.stack(list(by_prefix.values())).mean())
+        return torch.stack(means).mean()
+
+    assert all(1 <= len(c) <= j_max for c in chosen)
+    (loss_p, grad_p), (loss_n, grad_n) = (gradient(tiny_model, lambda: packed(tiny_model, weighted, 120)[0]),
+                                          gradient(tiny_model, naive))
+    assert abs(float(loss_p - loss_n)) <= 1e-5 * abs(float(loss_n))
+    assert relative(grad_p, grad_n) <= 1e-5
