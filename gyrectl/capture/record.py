@@ -71,9 +71,17 @@ class CallRecord:
                 raise ValueError(f"{key!r} must be a list of integers")
             kwargs[key] = tuple(ids)
         if kwargs.get("logprobs") is not None:
+            if not isinstance(kwargs["logprobs"], list) or not all(
+                    isinstance(x, (int, float)) and not isinstance(x, bool) for x in kwargs["logprobs"]):
+                raise ValueError("'logprobs' must be a list of numbers")
             kwargs["logprobs"] = tuple(float(x) for x in kwargs["logprobs"])
             if len(kwargs["logprobs"]) != len(kwargs["completion_token_ids"]):
                 raise ValueError("'logprobs' must have one entry per completion token")
+        version = kwargs.get("weight_version")
+        if version is not None and (not isinstance(version, int) or isinstance(version, bool)):
+            raise ValueError("'weight_version' must be an integer")
+        if not isinstance(kwargs["execution"], (str, int)) or isinstance(kwargs["execution"], bool):
+            raise ValueError("'execution' must be a string or integer id")
         kwargs["execution"] = str(kwargs["execution"])
         kwargs["tool_calls"] = tuple(kwargs.get("tool_calls") or ())
         if kwargs.get("role", "main") not in ("main", "subagent", "summary"):

@@ -63,15 +63,12 @@ def all_patterns(execution: str = "e0", seed: int = 0) -> list[CallRecord]:
     rerendered = list(a3)
     rerendered[len(a3) // 2] += 1  # the harness re-serialises the tool-call JSON in history
     main += [("assistant", rerendered), ("tool", h.text())]
-    h.call(main)                                                                 # continuation (rerendered)
+    a4 = h.call(main)                                                            # continuation (rerendered)
     sub = [("system", h.text()), ("user", h.text())]
     b0 = h.call(sub, role="subagent")                                            # new_context (sub-agent)
     sub += [("assistant", b0), ("tool", h.text())]
     h.call(sub, role="subagent")                                                 # continuation
     summary = h.call(main + [("user", h.text())], role="summary")                # new_context (summariser)
     h.call([("system", h.text()), ("user", summary)])                            # new_context (handoff / restart)
-    h.call(main)                                                                 # retry, identical reply kept below
-    h.records[-1] = h.records[-1].__class__(**{**h.records[-1].__dict__,
-                                               "completion_token_ids": h.records[-5].completion_token_ids,
-                                               "logprobs": h.records[-5].logprobs})
+    h.call(main, reply=a4)                                                       # retry: identical request and reply
     return h.records

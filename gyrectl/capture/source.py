@@ -1,0 +1,111 @@
+"""Where recorded calls are read from: a run directory's capture store or a plain JSONL file.
+
+The layout of a run directory is known here only (until :class:`gyrectl.launch.rundir.RunDir`
+owns it): ``trajectories/calls*.seg`` are store files, ``trajectories/executions.jsonl`` holds
+one ``{"execution", "step", "reward"}`` object per execution a training step consumed.
+A JSONL file of calls (``replay --export``'s format) may carry ``step`` and ``reward`` on its
+lines too.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from gyrectl.capture.record import CallRecord
+from gyrectl.capture.store import read_store
+from gyrectl.capture.stored import StoredCall, full_records, stored_calls
+from gyrectl.errors import UserError
+from gyrectl.store.jsonl import read_records
+
+
+@dataclass(frozen=True)
+class ExecutionInfo:
+    step: int | None = None
+    """Training step that consumed the execution, if known."""
+    reward: float | None = None
+    """The execution's reward, if known."""
+
+
+@dataclass(frozen=True)
+class Recorded:
+    calls: dict[str, list[StoredCall]]
+    """Calls per execution, arrival order, in edit form."""
+    info: dict[str, ExecutionInfo]
+
+
+def trajectories_dir(run: Path) -> Path:
+    return Path(run) / "trajectories"
+
+
+def store_files(run: Path) -> list[Path]:
+    return sorted(trajectories_dir(run).glob("calls*.seg"))
+
+
+def load(source: Path) -> Recorded:
+    source = Path(source)
+    if source.is_dir():
+        return _load_run(source)
+    if source.is_file():
+        return _load_jsonl(source)
+    raise UserError(f"{source}: no such run directory or JSONL file")
+
+
+def _load_run(run: Path) -> Recorded:
+    files = store_files(run)
+    if not files:
+        raise UserError(f"{run}: no recorded calls (expected {trajectories_dir(run)}/calls*.seg)")
+    parts: dict[str, list[list[StoredCall]]] = {}
+    for path in files:
+        for execution, calls in read_store(path).items():
+            parts.setdefault(execution, []).append(calls)
+    calls = {e: p[0] if len(p) == 1 else _reindex(p) for e, p in parts.items()}
+    info = {}
+    for obj in read_records(trajectories_dir(run) / "executions.jsonl"):
+        info[str(obj["execution"])] = ExecutionInfo(step=obj.get("step"), reward=obj.get("reward"))
+    return Recorded(calls=calls, info=info)
+
+
+def _reindex(parts: list[list[StoredCall]]) -> list[StoredCall]:
+    # Edits point into their own file only; rebuild the execution's edits over all its calls.
+    records: list[CallRecord] = []
+    for calls in parts:
+        records += full_records(calls)
+    return next(iter(stored_calls(records).values()))
+
+
+def _load_jsonl(path: Path) -> Recorded:
+    records, info = [], {}
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{number}"
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise UserError(f"{where}: not valid JSON ({exc.msg})") from None
+            if not isinstance(obj, dict):
+                raise UserError(f"{where}: expected a JSON object with 'execution', 'prompt_token_ids', "
+                                "'completion_token_ids'")
+            try:
+                record = CallRecord.from_json(obj)
+            except (ValueError, TypeError) as exc:
+                raise UserError(f"{where}: {exc}") from None
+            records.append(record)
+            info[record.execution] = _line_info(obj, info.get(record.execution), where)
+    return Recorded(calls=stored_calls(records), info=info)
+
+
+def _line_info(obj: dict, known: ExecutionInfo | None, where: str) -> ExecutionInfo:
+    step, reward = obj.get("step"), obj.get("reward")
+    if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
+        raise UserError(f"{where}: 'step' must be an integer")
+    if reward is not None and (not isinstance(reward, (int, float)) or isinstance(reward, bool)):
+        raise UserError(f"{where}: 'reward' must be a number")
+    known = known or ExecutionInfo()
+    return ExecutionInfo(step=known.step if step is None else step,
+                         reward=known.reward if reward is None else float(reward))
+
+
