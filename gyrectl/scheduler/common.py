@@ -1,0 +1,64 @@
+"""Rules every policy shares: how much may be dispatched (the staleness budget and the slots),
+which buffered executions form the next batch, and keeping servers on the latest weights."""
+
+from __future__ import annotations
+
+from gyrectl.coordinator.state import CoordinatorState, Phase
+from gyrectl.scheduler.actions import Action, Dispatch, StartServer, SyncWeights
+
+
+def staleness_budget(state: CoordinatorState, *, max_staleness: int) -> int:
+    """Executions that may still be dispatched at the current weights: execution ``seq`` belongs to
+    dispatch-order block ``seq // batch``, and block ``version + max_staleness`` is the last one that
+    is trained at most ``max_staleness`` versions late (exactly so under dispatch-order batches)."""
+    limits = state.limits
+    allowed = (state.version + max_staleness + 1) * limits.batch_executions
+    if limits.total_executions:
+        allowed = min(allowed, limits.total_executions)
+    return max(0, allowed - state.dispatched)
+
+
+def serving_cells(state: CoordinatorState) -> int:
+    return state.phase_count(Phase.ROLLOUT)
+
+
+def dispatch(state: CoordinatorState, *, slots: int, max_staleness: int) -> list[Action]:
+    """Fill up to ``slots`` in-flight executions, within the staleness budget."""
+    count = min(slots - state.in_flight, staleness_budget(state, max_staleness=max_staleness))
+    serving = [cell.weight_version for cell in state.cells if cell.phase is Phase.ROLLOUT]
+    if count <= 0 or not serving:
+        return []
+    return [Dispatch(count=count, version=min(serving))]
+
+
+def next_batch(state: CoordinatorState) -> tuple[tuple[int, int, int], ...] | None:
+    """The buffered executions the next training step takes, or None if no batch is ready.
+
+    ``completion``: the next ``batch_executions`` finished, oldest weights first; ``dispatch``:
+    exactly block ``version`` of the dispatch order, once all of it has finished."""
+    size = state.next_batch_size()
+    if size <= 0:
+        return None
+    if state.limits.batch_order == "dispatch":
+        block = tuple(entry for entry in state.buffer if entry[0] == state.version)
+        return block if sum(n for _, _, n in block) == size else None
+    if state.buffered < size:
+        return None
+    take, need = [], size
+    for batch, version, count in sorted(state.buffer, key=lambda e: (e[1], e[0])):
+        used = min(count, need)
+        take.append((batch, version, used))
+        need -= used
+        if need == 0:
+            break
+    return tuple(sorted(take))
+
+
+def start_idle(state: CoordinatorState, cells: range | list[int]) -> list[Action]:
+    return [StartServer(cell=c) for c in cells if state.cells[c].phase is Phase.IDLE]
+
+
+def sync_weights(state: CoordinatorState) -> list[Action]:
+    """A newer version exists: reload it on every serving cell that has an older one."""
+    return [SyncWeights(cell=cell.id, version=state.version) for cell in state.cells
+            if cell.phase is Phase.ROLLOUT and not cell.syncing and cell.weight_version < state.version]
