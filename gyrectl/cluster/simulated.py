@@ -9,7 +9,6 @@ batch's work.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 
 from gyrectl.cluster.base import Cluster, Node, StepSpec, StepStatus
@@ -22,7 +21,6 @@ class SimulatedCluster(Cluster):
     def __init__(self, world: SimulatedWorld, *, gpus_per_node: int):
         self._world = world
         self._gpus = gpus_per_node
-        self._ids = itertools.count()
         self._nodes = [f"sim-node{i}" for i in range(world.num_cells * world.nodes_per_cell)]
         self._cell_of = {name: i // world.nodes_per_cell for i, name in enumerate(self._nodes)}
 
@@ -33,11 +31,9 @@ class SimulatedCluster(Cluster):
     def start_step(self, spec: StepSpec) -> str:
         cells = {self._cell_of[node] for node in spec.nodes}
         assert len(cells) == 1, "a simulated step runs on exactly one cell"
-        step_id = f"sim.{next(self._ids)}"
-        self._world.start_step(step_id, _Step(cell=cells.pop(), role=spec.env["GYRECTL_ROLE"],
+        return self._world.start_step(_Step(cell=cells.pop(), role=spec.env["GYRECTL_ROLE"],
                                               train_index=int(spec.env.get("GYRECTL_TRAIN_STEP", -1)),
                                               batch_ref=spec.env.get("GYRECTL_BATCH", "")))
-        return step_id
 
     def stop_step(self, step_id: str, *, grace_s: float = 5.0) -> None:
         self._world.stop_step(step_id)

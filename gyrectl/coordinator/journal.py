@@ -26,6 +26,12 @@ class Journal:
     def close(self) -> None:
         self._appender.close()
 
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 def read_events(path: Path) -> list[Event]:
     return [from_record(record) for record in read_records(path) if "event" in record]

@@ -7,12 +7,12 @@ from gyrectl.coordinator.state import CoordinatorState, Phase
 from gyrectl.scheduler.actions import Action, Dispatch, StartServer, SyncWeights
 
 
-def staleness_budget(state: CoordinatorState, *, max_staleness: int) -> int:
-    """Executions that may still be dispatched at the current weights: execution ``seq`` belongs to
+def staleness_budget(state: CoordinatorState, *, version: int, max_staleness: int) -> int:
+    """Executions that may still be dispatched with weights ``version``: execution ``seq`` belongs to
     dispatch-order block ``seq // batch``, and block ``version + max_staleness`` is the last one that
     is trained at most ``max_staleness`` versions late (exactly so under dispatch-order batches)."""
     limits = state.limits
-    allowed = (state.version + max_staleness + 1) * limits.batch_executions
+    allowed = (version + max_staleness + 1) * limits.batch_executions
     if limits.total_executions:
         allowed = min(allowed, limits.total_executions)
     return max(0, allowed - state.dispatched)
@@ -23,12 +23,14 @@ def serving_cells(state: CoordinatorState) -> int:
 
 
 def dispatch(state: CoordinatorState, *, slots: int, max_staleness: int) -> list[Action]:
-    """Fill up to ``slots`` in-flight executions, within the staleness budget."""
-    count = min(slots - state.in_flight, staleness_budget(state, max_staleness=max_staleness))
+    """Fill up to ``slots`` in-flight executions, within the staleness budget of the oldest weights
+    a serving cell still has (the gateway may route to any of them)."""
     serving = [cell.weight_version for cell in state.cells if cell.phase is Phase.ROLLOUT]
-    if count <= 0 or not serving:
+    if not serving:
         return []
-    return [Dispatch(count=count, version=min(serving))]
+    version = min(serving)
+    count = min(slots - state.in_flight, staleness_budget(state, version=version, max_staleness=max_staleness))
+    return [Dispatch(count=count, version=version)] if count > 0 else []
 
 
 def next_batch(state: CoordinatorState) -> tuple[tuple[int, int, int], ...] | None:

@@ -43,7 +43,8 @@ def decide(state: CoordinatorState, now: float) -> list[Action]:
 
     # 2. How many cells rollout needs now.
     usable = limits.num_cells - state.phase_count(Phase.LOST)
-    needed = math.ceil((state.in_flight + staleness_budget(state, max_staleness=limits.max_staleness)) / slots)
+    budget = staleness_budget(state, version=state.version, max_staleness=limits.max_staleness)
+    needed = math.ceil((state.in_flight + budget) / slots)
     target = min(usable - 1, max(limits.min_rollout_cells, needed)) if wants_training else usable
 
     # 3./4. One cell leaves while the rest can hold its work; idle training cells come back.

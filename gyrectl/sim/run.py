@@ -46,6 +46,20 @@ class Simulation:
     events: list[Event]
 
 
+def simulated_world(config: Config, workload: Workload) -> tuple[SimulatedWorld, SimulatedGateway]:
+    limits = limits_from_config(config)
+    world = SimulatedWorld(costs=costs_from_config(config), workload=workload, num_cells=limits.num_cells,
+                           nodes_per_cell=config.cells.nodes_per_cell, batch_executions=limits.batch_executions,
+                           executions_movable=config.simulator.executions_movable)
+    return world, SimulatedGateway(world)
+
+
+def simulated_actuator(config: Config, world: SimulatedWorld, gateway: SimulatedGateway) -> Actuator:
+    """What a (re)started coordinator builds: its actuator over the running simulated cluster."""
+    return Actuator(cluster=SimulatedCluster(world, gpus_per_node=config.cluster.gpus_per_node),
+                    gateway=gateway, clock=gateway, steps=step_factory(config), nodes_per_cell=config.cells.nodes_per_cell)
+
+
 def simulate(config: Config, *, workload_spec: str | Workload, seed: int | None = None,
              journal_path: Path | None = None) -> Simulation:
     """Simulates ``config`` (its ``scheduler.policy``) on a workload preset, file or object."""
@@ -54,13 +68,8 @@ def simulate(config: Config, *, workload_spec: str | Workload, seed: int | None 
     seed = config.run.seed if seed is None else seed
     workload = workload_spec if isinstance(workload_spec, Workload) else load_workload(
         workload_spec, size=limits.total_executions, seed=seed, time_limit_s=costs.time_limit_s)
-    world = SimulatedWorld(costs=costs, workload=workload, num_cells=limits.num_cells,
-                           nodes_per_cell=config.cells.nodes_per_cell, batch_executions=limits.batch_executions,
-                           executions_movable=config.simulator.executions_movable)
-    gateway = SimulatedGateway(world)
-    actuator = Actuator(cluster=SimulatedCluster(world, gpus_per_node=config.cluster.gpus_per_node),
-                        gateway=gateway, clock=gateway, steps=step_factory(config),
-                        nodes_per_cell=config.cells.nodes_per_cell)
+    world, gateway = simulated_world(config, workload)
+    actuator = simulated_actuator(config, world, gateway)
     log = EventLog(journal=Journal(journal_path, fsync=False) if journal_path else None)
     started = time.perf_counter()
     try:

@@ -230,11 +230,14 @@ class SimulatedWorld:
         return ref
 
     # -- steps ----------------------------------------------------------------------------------
-    def start_step(self, step_id: str, step: _Step) -> None:
+    def start_step(self, step: _Step) -> str:
+        """Starts a step; its id is unique for the world's lifetime (like a Slurm step id)."""
+        step_id = f"sim.{len(self.steps)}"
         self.steps[step_id] = step
         delay = self.costs.step_start_s(role=step.role, last_role=self._last_role[step.cell])
         self._last_role[step.cell] = step.role
         self.at(delay, self._step_running, step_id)
+        return step_id
 
     def _step_running(self, step_id: str) -> bool:
         step = self.steps[step_id]
