@@ -62,9 +62,7 @@ class Actuator:
 
     def observe(self, state: CoordinatorState) -> list[Event]:
         now, events = self._clock.now(), []
-        for cell in state.cells:
-            if cell.phase not in _WATCHED:
-                continue
+        for cell in state.cells.select(_WATCHED):
             if cell.phase is Phase.DRAINING:
                 if self._gateway.sessions(cell.id) == 0:  # with movable executions: at once
                     self._cluster.stop_step(cell.step_id, grace_s=0.0)
@@ -81,6 +79,10 @@ class Actuator:
     def _observe_training(self, state: CoordinatorState, now: float) -> list[Event]:
         assert state.train is not None
         members = [state.cells[c].step_id for c in state.train.cells]
+        # Members of one rendezvous end together (torchrun fails the whole group if one fails), so
+        # watching the first member says when the step ended; then every member is looked at.
+        if not self._cluster.step_status(members[0]).state.ended:
+            return []
         statuses = [self._cluster.step_status(step_id).state for step_id in members]
         if StepState.FAILED in statuses:
             raise RuntimeFailure(f"training step {state.train.index} failed")

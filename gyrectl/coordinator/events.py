@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gyrectl.coordinator.state import CoordinatorState, Phase, TrainStep
+from gyrectl.coordinator.state import CellTable, CoordinatorState, Phase, TrainStep
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ Event = (Dispatched | Started | Finished | PhaseChanged | TrainStarted | TrainEx
 def _with_cell(state: CoordinatorState, cell_id: int, **changes: Any) -> CoordinatorState:
     cells = list(state.cells)
     cells[cell_id] = dataclasses.replace(cells[cell_id], **changes)
-    return dataclasses.replace(state, cells=tuple(cells))
+    return dataclasses.replace(state, cells=CellTable(cells))
 
 
 def _add_to_buffer(buffer: tuple[tuple[int, int, int], ...], batch: int, version: int, count: int
@@ -144,7 +144,7 @@ def _train_started(state: CoordinatorState, e: TrainStarted) -> CoordinatorState
     cells = list(state.cells)
     for cell, step_id in zip(e.cells, e.step_ids, strict=False):
         cells[cell] = dataclasses.replace(cells[cell], step_id=step_id)
-    return dataclasses.replace(state, buffer=buffer, cells=tuple(cells), trained=state.trained + executions,
+    return dataclasses.replace(state, buffer=buffer, cells=CellTable(cells), trained=state.trained + executions,
                                staleness=tuple(sorted(staleness.items())),
                                train=TrainStep(index=e.index, cells=e.cells, executions=executions, started_at=e.at))
 
@@ -161,7 +161,7 @@ def _train_ended(state: CoordinatorState, e: TrainEnded) -> CoordinatorState:
     cells = list(state.cells)
     for cell in state.train.cells:
         cells[cell] = dataclasses.replace(cells[cell], step_id="")
-    return dataclasses.replace(state, cells=tuple(cells), train=None, version=e.index + 1)
+    return dataclasses.replace(state, cells=CellTable(cells), train=None, version=e.index + 1)
 
 
 def _sync_started(state: CoordinatorState, e: SyncStarted) -> CoordinatorState:

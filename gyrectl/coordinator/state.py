@@ -8,8 +8,10 @@ the capacity rule compares it with the pool's slots.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
+from functools import cached_property
 from typing import Literal
 
 from gyrectl.config.schema import Config
@@ -59,6 +61,44 @@ class CellState:
     """A weight reload is in progress on the server."""
 
 
+class CellTable(tuple[CellState, ...]):
+    """The cells, in id order: a tuple that remembers its per-phase views. A new table is built
+    only when a cell changes (rare), while the state is rebuilt on every event, so policies can ask
+    "which cells are serving" in O(1) instead of scanning hundreds of cells per decision."""
+
+    def __new__(cls, cells: Iterable[CellState]) -> CellTable:
+        return super().__new__(cls, cells)
+
+    @cached_property
+    def by_phase(self) -> dict[Phase, tuple[CellState, ...]]:
+        groups: dict[Phase, list[CellState]] = {phase: [] for phase in Phase}
+        for cell in self:
+            groups[cell.phase].append(cell)
+        return {phase: tuple(cells) for phase, cells in groups.items()}
+
+    @cached_property
+    def counts(self) -> dict[Phase, int]:
+        return {phase: len(cells) for phase, cells in self.by_phase.items()}
+
+    @cached_property
+    def _selections(self) -> dict[tuple[Phase, ...], list[CellState]]:
+        return {}
+
+    def select(self, phases: tuple[Phase, ...]) -> list[CellState]:
+        """Cells in any of ``phases``, in id order (remembered per table)."""
+        found = self._selections.get(phases)
+        if found is None:
+            found = self._selections[phases] = sorted(
+                (cell for phase in phases for cell in self.by_phase[phase]), key=lambda cell: cell.id)
+        return found
+
+    @cached_property
+    def oldest_served_version(self) -> int | None:
+        """The oldest weights a serving cell has (None when no cell serves)."""
+        serving = self.by_phase[Phase.ROLLOUT]
+        return min(cell.weight_version for cell in serving) if serving else None
+
+
 @dataclass(frozen=True)
 class Limits:
     """The run's fixed numbers the policies need, taken from the config once."""
@@ -89,7 +129,7 @@ class TrainStep:
 @dataclass(frozen=True)
 class CoordinatorState:
     limits: Limits
-    cells: tuple[CellState, ...]
+    cells: CellTable
     dispatched: int = 0
     """d: executions handed to the gateway (sequence numbers 0..d-1)."""
     started: int = 0
@@ -125,10 +165,11 @@ class CoordinatorState:
         return total > 0 and self.trained >= total and self.train is None
 
     def phase_count(self, *phases: Phase) -> int:
-        return sum(1 for cell in self.cells if cell.phase in phases)
+        counts = self.cells.counts
+        return sum(counts[phase] for phase in phases)
 
     def cells_in(self, *phases: Phase) -> list[CellState]:
-        return [cell for cell in self.cells if cell.phase in phases]
+        return list(self.cells.select(phases))
 
     def next_batch_size(self) -> int:
         total = self.limits.total_executions
@@ -137,7 +178,7 @@ class CoordinatorState:
 
 
 def initial_state(limits: Limits) -> CoordinatorState:
-    return CoordinatorState(limits=limits, cells=tuple(CellState(id=i) for i in range(limits.num_cells)))
+    return CoordinatorState(limits=limits, cells=CellTable(CellState(id=i) for i in range(limits.num_cells)))
 
 
 def limits_from_config(config: Config) -> Limits:

@@ -16,7 +16,8 @@ def decide(state: CoordinatorState, now: float) -> list[Action]:
     first_train = limits.num_cells - limits.async_train_cells
     train_cells = tuple(range(first_train, limits.num_cells))
     actions: list[Action] = start_idle(state, range(first_train))
-    actions += [MoveCell(cell=c, to=Phase.TRAIN) for c in train_cells if state.cells[c].phase is Phase.IDLE]
+    actions += [MoveCell(cell=cell.id, to=Phase.TRAIN) for cell in state.cells.by_phase[Phase.IDLE]
+                if cell.id >= first_train]
     take = next_batch(state)
     if (state.train is None and take is not None
             and all(state.cells[c].phase is Phase.TRAIN for c in train_cells)):

@@ -25,10 +25,9 @@ def serving_cells(state: CoordinatorState) -> int:
 def dispatch(state: CoordinatorState, *, slots: int, max_staleness: int) -> list[Action]:
     """Fill up to ``slots`` in-flight executions, within the staleness budget of the oldest weights
     a serving cell still has (the gateway may route to any of them)."""
-    serving = [cell.weight_version for cell in state.cells if cell.phase is Phase.ROLLOUT]
-    if not serving:
+    version = state.cells.oldest_served_version
+    if version is None:
         return []
-    version = min(serving)
     count = min(slots - state.in_flight, staleness_budget(state, version=version, max_staleness=max_staleness))
     return [Dispatch(count=count, version=version)] if count > 0 else []
 
@@ -56,11 +55,14 @@ def next_batch(state: CoordinatorState) -> tuple[tuple[int, int, int], ...] | No
     return tuple(sorted(take))
 
 
-def start_idle(state: CoordinatorState, cells: range | list[int]) -> list[Action]:
-    return [StartServer(cell=c) for c in cells if state.cells[c].phase is Phase.IDLE]
+def start_idle(state: CoordinatorState, cells: range) -> list[Action]:
+    return [StartServer(cell=cell.id) for cell in state.cells.by_phase[Phase.IDLE] if cell.id in cells]
 
 
 def sync_weights(state: CoordinatorState) -> list[Action]:
     """A newer version exists: reload it on every serving cell that has an older one."""
-    return [SyncWeights(cell=cell.id, version=state.version) for cell in state.cells
-            if cell.phase is Phase.ROLLOUT and not cell.syncing and cell.weight_version < state.version]
+    oldest = state.cells.oldest_served_version
+    if oldest is None or oldest >= state.version:
+        return []
+    return [SyncWeights(cell=cell.id, version=state.version) for cell in state.cells.by_phase[Phase.ROLLOUT]
+            if not cell.syncing and cell.weight_version < state.version]

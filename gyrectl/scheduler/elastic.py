@@ -31,8 +31,9 @@ def decide(state: CoordinatorState, now: float) -> list[Action]:
 
     # 1. Training: start on the pool as soon as a batch is ready; every freed cell joins.
     take = next_batch(state)
-    in_step = state.train.cells if state.train is not None else ()
-    pool = [cell.id for cell in state.cells if cell.phase is Phase.TRAIN and cell.id not in in_step]
+    in_step = set(state.train.cells) if state.train is not None else set()
+    train_cells = state.cells.by_phase[Phase.TRAIN]
+    pool = [cell.id for cell in train_cells if cell.id not in in_step] if len(train_cells) > len(in_step) else []
     if state.train is None and take is not None and pool:
         actions.append(StartTrain(index=state.version, cells=tuple(pool), take=take))
         pool = []
@@ -64,5 +65,5 @@ def decide(state: CoordinatorState, now: float) -> list[Action]:
 
 def _leaver(state: CoordinatorState) -> int:
     """The serving cell to move: one not busy reloading weights if possible, highest id first."""
-    serving = [cell for cell in state.cells if cell.phase is Phase.ROLLOUT]
+    serving = state.cells.by_phase[Phase.ROLLOUT]
     return max(serving, key=lambda cell: (not cell.syncing, cell.id)).id

@@ -36,6 +36,7 @@ class _Server:
     routed: bool = False
     paused: bool = False
     generation: int = 0
+    routing_stamp: int = 0
 
 
 @dataclass
@@ -77,6 +78,9 @@ class SimulatedWorld:
         self._queue: list[tuple[float, int, Callable[..., bool], tuple]] = []
         self._tie = itertools.count()
         self._servers = [_Server() for _ in range(num_cells)]
+        self._routing: list[tuple[bool, int, int, int]] = []
+        """Heap of (paused, load, cell, stamp) over routed servers; an entry is current only while its
+        stamp is the server's (lazy deletion), so the least-loaded server is found in O(log n)."""
         self._server_of: list[int] = []
         self._finish_clock: list[float] = []
         self._started_at: list[float] = []
@@ -122,6 +126,13 @@ class SimulatedWorld:
             speed = self.costs.execution_speed(server.load)
             self.at(max(0.0, heap[0][0] - server.work_clock) / speed, self._server_finish, cell, server.generation)
 
+    def _touch(self, cell: int) -> None:
+        """A server's load, routing or pause changed: re-file it in the routing heap."""
+        server = self._servers[cell]
+        server.routing_stamp += 1
+        if server.routed:
+            heapq.heappush(self._routing, (server.paused, server.load, cell, server.routing_stamp))
+
     def _live(self, cell: int, entry: tuple[float, int]) -> bool:
         seq = entry[1]
         return not self._done[seq] and self._server_of[seq] == cell and self._finish_clock[seq] == entry[0]
@@ -133,6 +144,7 @@ class SimulatedWorld:
         self._server_of[seq], self._finish_clock[seq] = cell, finish
         heapq.heappush(server.sessions, (finish, seq))
         server.load += 1
+        self._touch(cell)
         self._reschedule(cell)
 
     def _server_finish(self, cell: int, generation: int) -> bool:
@@ -159,6 +171,7 @@ class SimulatedWorld:
         cell = self._server_of[seq]
         self._done[seq] = 1
         self._servers[cell].load -= 1
+        self._touch(cell)
         self.work_done_s += self.workload.duration_s[seq % len(self.workload)] * fraction
         self.longest_work_s = max(self.longest_work_s, self.workload.duration_s[seq % len(self.workload)] * fraction)
         self.produced_tokens[seq] = int(self.workload.tokens[seq % len(self.workload)] * fraction)
@@ -166,11 +179,13 @@ class SimulatedWorld:
         self.outbox.append(Finished(seq=seq, version=self._version[seq], timed_out=timed_out, at=self.now))
         self._reschedule(cell)
 
-    def _least_loaded(self, exclude: int = -1) -> int:
-        routed = [(s.paused, s.load, i) for i, s in enumerate(self._servers) if s.routed and i != exclude]
-        if not routed:
+    def _least_loaded(self) -> int:
+        heap = self._routing
+        while heap and heap[0][3] != self._servers[heap[0][2]].routing_stamp:
+            heapq.heappop(heap)
+        if not heap:
             raise RuntimeFailure("no rollout server is routed: the policy dispatched into nothing")
-        return min(routed)[2]
+        return heap[0][2]
 
     # -- what the gateway does --------------------------------------------------------------------
     def dispatch(self, *, count: int, version: int) -> None:
@@ -189,9 +204,10 @@ class SimulatedWorld:
     def route(self, cell: int, *, routed: bool) -> None:
         """Adds a server to the gateway's routing, or drains it: with movable executions its
         sessions continue, with their remaining work plus the move cost, on the least-loaded others."""
-        self._servers[cell].routed = routed
         server = self._servers[cell]
-        if routed or not self.movable or not any(s.routed for s in self._servers):
+        server.routed = routed
+        self._touch(cell)
+        if routed or not self.movable or not server.load or not any(s.routed for s in self._servers):
             return
         self._settle(cell)
         moving = [entry for entry in server.sessions if self._live(cell, entry)]
@@ -199,7 +215,7 @@ class SimulatedWorld:
         server.generation += 1
         for finish, seq in moving:
             left = finish - server.work_clock + self.costs.sim.move_cost_s
-            self._add_session(self._least_loaded(exclude=cell), seq, left)
+            self._add_session(self._least_loaded(), seq, left)
 
     def sessions(self, cell: int) -> int:
         return self._servers[cell].load
@@ -207,12 +223,14 @@ class SimulatedWorld:
     def sync_weights(self, cell: int, version: int) -> None:
         self._settle(cell)
         self._servers[cell].paused = True
+        self._touch(cell)
         self._reschedule(cell)
         self.at(self.costs.sim.weight_sync_s, self._synced, cell, version)
 
     def _synced(self, cell: int, version: int) -> bool:
         self._settle(cell)
         self._servers[cell].paused = False
+        self._touch(cell)
         self._reschedule(cell)
         self.outbox.append(WeightsSynced(cell=cell, version=version, at=self.now))
         return True
@@ -258,6 +276,7 @@ class SimulatedWorld:
         step.state = StepState.CANCELLED
         if step.role == "rollout":
             self._servers[step.cell].routed = False
+            self._touch(step.cell)
 
     def _join_training(self, step_id: str, step: _Step) -> None:
         run = self._trains.get(step.train_index)

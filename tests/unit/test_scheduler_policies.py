@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from gyrectl.coordinator.state import CellState, Limits, Phase, TrainStep, initial_state
+from gyrectl.coordinator.state import CellState, CellTable, Limits, Phase, TrainStep, initial_state
 from gyrectl.scheduler import async_split, colocate, elastic
 from gyrectl.scheduler.actions import Dispatch, ExtendTrain, MoveCell, StartServer, StartTrain
 
@@ -13,7 +13,7 @@ LIMITS = Limits(num_cells=4, slots_per_cell=10, batch_executions=20, max_stalene
 
 def serving_state(*, in_flight: int, finished: int = 0, buffered: int = 0, phases: tuple[Phase, ...] = (Phase.ROLLOUT,) * 4):
     state = initial_state(LIMITS)
-    cells = tuple(CellState(id=i, phase=p) for i, p in enumerate(phases))
+    cells = CellTable(CellState(id=i, phase=p) for i, p in enumerate(phases))
     buffer = ((0, 0, buffered),) if buffered else ()
     return dataclasses.replace(state, cells=cells, dispatched=in_flight + finished, finished=finished, buffer=buffer)
 
@@ -57,7 +57,7 @@ def test_elastic_starts_training_on_the_pool_and_extends_it():
 def test_elastic_keeps_the_standalone_rollout_pool():
     limits = dataclasses.replace(LIMITS, min_rollout_cells=4 - 1)
     state = dataclasses.replace(serving_state(in_flight=0, finished=40, buffered=20), limits=limits,
-                                cells=tuple(CellState(id=i, phase=Phase.ROLLOUT if i < 3 else Phase.TRAIN) for i in range(4)))
+                                cells=CellTable(CellState(id=i, phase=Phase.ROLLOUT if i < 3 else Phase.TRAIN) for i in range(4)))
     assert not [a for a in elastic.decide(state, 0.0) if isinstance(a, MoveCell) and a.to is Phase.TRAIN]
 
 
