@@ -30,6 +30,7 @@ SENSITIVITY = {
     "slots = 2 x batch (batch 128)": ["training.batch_executions=128"],
     "slots = batch / 2 (batch 512)": ["training.batch_executions=512"],
     "no contention (slowdown 0)": ["simulator.server_slowdown_at_full=0"],
+    "training 4x slower (train ~25 % of the work)": ["simulator.train_tokens_per_s_per_gpu=200"],
 }
 
 

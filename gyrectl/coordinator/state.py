@@ -53,8 +53,6 @@ class CellState:
     """Clock time the cell entered ``phase``."""
     step_id: str = ""
     """The cluster step now running on the cell (rollout server or training member)."""
-    healthy: bool = True
-    """Whether the cell's server answered its last health check."""
     weight_version: int = 0
     """Weights version the cell's server serves (meaningful while it serves)."""
     syncing: bool = False
