@@ -43,7 +43,8 @@ def check_invariants(config: Config, events: list[Event]) -> CoordinatorState:
                 "two cells left rollout at once"
             assert state.in_flight <= (serving - 1) * slots, (
                 f"capacity rule broken: w={state.in_flight} > C_R - C_cell = ({serving} - 1) x {slots}")
-            assert serving - 1 >= state.limits.min_rollout_cells, "a cell of the standalone rollout pool left"
+            if config.scheduler.policy == "elastic":  # the standalone pool is an elastic option
+                assert serving - 1 >= state.limits.min_rollout_cells, "a cell of the standalone rollout pool left"
         if isinstance(event, TrainStarted | TrainExtended):
             cells = event.cells if isinstance(event, TrainStarted) else (event.cell,)
             assert all(state.cells[c].phase is Phase.TRAIN for c in cells), "a cell trains while serving"
