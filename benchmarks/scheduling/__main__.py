@@ -34,7 +34,7 @@ SENSITIVITY = {
 }
 
 
-def makespan(config_path: str, *, policy: str, workload: str, seed: int, extra: list[str], train_cells: int = 0) -> float:
+def run_policy(config_path: str, *, policy: str, workload: str, seed: int, extra: list[str], train_cells: int = 0) -> float:
     overrides = [f"scheduler.policy={policy}", *extra]
     if train_cells:
         overrides.append(f"scheduler.async_train_cells={train_cells}")
@@ -45,12 +45,12 @@ def best_split(config_path: str, *, workload: str, seed: int, extra: list[str]) 
     """The async train-cell count with the shortest makespan: a coarse scan, then its neighbours."""
     cells = load_config(REPO / config_path, extra).num_cells
     coarse = sorted({max(1, min(cells - 1, round(cells * f))) for f in (0.06, 0.12, 0.25, 0.375, 0.5, 0.625)})
-    times = {t: makespan(config_path, policy="async", workload=workload, seed=seed, extra=extra, train_cells=t).makespan_s
+    times = {t: run_policy(config_path, policy="async", workload=workload, seed=seed, extra=extra, train_cells=t).makespan_s
              for t in coarse}
     best = min(times, key=times.get)
     for t in (best - 1, best + 1):
         if 1 <= t < cells and t not in times:
-            times[t] = makespan(config_path, policy="async", workload=workload, seed=seed, extra=extra,
+            times[t] = run_policy(config_path, policy="async", workload=workload, seed=seed, extra=extra,
                                 train_cells=t).makespan_s
     return min(times, key=times.get)
 
@@ -60,12 +60,12 @@ def compare(config_path: str, *, workload: str, seeds: list[int], extra: list[st
     split = best_split(config_path, workload=workload, seed=seeds[0], extra=extra)
     rows: dict[str, list] = {"colocate": [], "async even": [], "async best": [], "elastic": []}
     for seed in seeds:
-        rows["colocate"].append(makespan(config_path, policy="colocate", workload=workload, seed=seed, extra=extra))
-        rows["async even"].append(makespan(config_path, policy="async", workload=workload, seed=seed, extra=extra,
+        rows["colocate"].append(run_policy(config_path, policy="colocate", workload=workload, seed=seed, extra=extra))
+        rows["async even"].append(run_policy(config_path, policy="async", workload=workload, seed=seed, extra=extra,
                                            train_cells=cells // 2))
-        rows["async best"].append(makespan(config_path, policy="async", workload=workload, seed=seed, extra=extra,
+        rows["async best"].append(run_policy(config_path, policy="async", workload=workload, seed=seed, extra=extra,
                                            train_cells=split))
-        rows["elastic"].append(makespan(config_path, policy="elastic", workload=workload, seed=seed, extra=extra))
+        rows["elastic"].append(run_policy(config_path, policy="elastic", workload=workload, seed=seed, extra=extra))
     mean = {name: statistics.mean(r.makespan_s for r in results) for name, results in rows.items()}
     elastic = rows["elastic"]
     return {"split": split, **{f"x {name}": mean[name] / mean["elastic"] for name in ("colocate", "async even", "async best")},

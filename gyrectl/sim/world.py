@@ -83,7 +83,6 @@ class SimulatedWorld:
         stamp is the server's (lazy deletion), so the least-loaded server is found in O(log n)."""
         self._server_of: list[int] = []
         self._finish_clock: list[float] = []
-        self._started_at: list[float] = []
         self._version: list[int] = []
         self._done: bytearray = bytearray()
         self.produced_tokens: list[int] = []
@@ -193,7 +192,6 @@ class SimulatedWorld:
         for seq in range(first, first + count):
             self._server_of.append(-1)
             self._finish_clock.append(0.0)
-            self._started_at.append(self.now)
             self._version.append(version)
             self._done.append(0)
             self.produced_tokens.append(0)
