@@ -3,13 +3,13 @@ simulated cluster (virtual clock, no GPUs), driving the coordinator's real loop 
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from gyrectl.cli.options import ConfigArg, JsonOpt, SetOpt
+from gyrectl.cli.render import emit_json
 from gyrectl.config import load_config
 from gyrectl.coordinator.state import initial_state, limits_from_config
 from gyrectl.sim.run import simulate
@@ -18,15 +18,15 @@ from gyrectl.sim.workload import PRESETS
 
 
 def simulate_command(
-    config: Annotated[Path, typer.Argument(help="Config YAML (e.g. configs/sim-32nodes.yaml).")],
+    config: ConfigArg,
     workload: Annotated[str, typer.Option("--workload", "-w", help=f"Preset ({', '.join(PRESETS)}) or a JSONL "
                                           "file: one execution per line with duration_s and tokens.")] = "heavy-tail",
     policy: Annotated[str | None, typer.Option("--policy", "-p", help="elastic | colocate | async "
                                                "(default: scheduler.policy of the config).")] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="Seed of the workload preset (default: run.seed).")] = None,
     timeline: Annotated[Path | None, typer.Option("--timeline", help="Write a PNG of cell roles over time.")] = None,
-    set_: Annotated[list[str], typer.Option("--set", help="Override a config field: --set a.b=value.")] = [],  # noqa: B006
-    json_: Annotated[bool, typer.Option("--json", help="Print only the result as one JSON object.")] = False,
+    set_: SetOpt = [],  # noqa: B006
+    json_: JsonOpt = False,
 ) -> None:
     """Simulate a run: makespan, executions trained per hour, GPU idle fraction, switches, staleness.
 
@@ -39,14 +39,10 @@ def simulate_command(
         draw_timeline(timeline, initial=initial_state(limits_from_config(cfg)), events=sim.events,
                       title=f"{cfg.scheduler.policy} on {workload} ({cfg.cluster.nodes} nodes, {cfg.num_cells} cells)")
     result = sim.result.as_dict()
-    if json_:  # only data on stdout
-        sys.stdout.write(json.dumps(result, indent=2) + "\n")
+    if json_:
+        emit_json(result)
         return
     typer.echo(f"{result['policy']} on {result['workload']}: makespan {result['makespan_s'] / 3600:.2f} h "
                f"(lower bound {result['lower_bound_s'] / 3600:.2f} h), {result['throughput_per_hour']:.0f} executions "
                f"trained/hour, GPU idle {100 * result['gpu_idle_fraction']:.1f} %, {result['switches']} switches, "
                f"{result['time_per_step_s']:.0f} s per step (simulated)")
-
-
-def register(app: typer.Typer) -> None:
-    app.command("simulate")(simulate_command)
