@@ -85,3 +85,16 @@ def test_sbatch_refusal_is_a_runtime_error(cli, tmp_path: Path) -> None:
                  "--set", "cluster.partition=nosuchpartition")
     assert result.returncode == 1
     assert "sbatch refused" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_job_waiting_for_nodes_is_pending(cli, tmp_path: Path) -> None:
+    first = _launch(cli, tmp_path / "runs", "--set", "run.name=first")
+    second = _launch(cli, tmp_path / "runs", "--set", "run.name=second")  # the cluster holds one such job
+    try:
+        _wait_for((Path(first["run_dir"]) / "nodes.json").exists, what="first job running")
+        view = _status(cli, second["run_dir"])
+        assert view["job"]["state"] == "pending" and view["nodes"] == []
+        assert "node table" in view["note"]
+    finally:
+        subprocess.run(["scancel", first["job_id"], second["job_id"]], check=True)
+    _wait_for(lambda: _status(cli, second["run_dir"])["job"]["state"] == "ended", what="pending job cancelled")
