@@ -55,4 +55,11 @@ def unavailable(message: str) -> GatewayError:
 
 class UpstreamLost(Exception):
     """The server answering a call went away (drained past its grace, removed, reset, timed
-    out): the call is re-sent elsewhere, so this never reaches the client."""
+    out): the call is re-sent elsewhere, so this never reaches the client.
+
+    ``dead`` is false when the server is fine but ended the call itself (a coordinator's
+    ``/pause?mode=abort``): the call may go back to the same server."""
+
+    def __init__(self, message: str, *, dead: bool = True):
+        super().__init__(message)
+        self.dead = dead
