@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -101,12 +102,21 @@ class GatewayThread:
         return list(read_records(self.records_path))
 
     def admin(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        status, reply = self.admin_as(self.token, method, path, body)
+        assert status == 200, reply
+        return reply
+
+    def admin_as(self, token: str, method: str, path: str,
+                 body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(self.gateway.url + path, data=data, method=method,
-                                         headers={"Authorization": f"Bearer {TOKEN}",
+                                         headers={"Authorization": f"Bearer {token}",
                                                   "Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return json.loads(response.read())
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read())
 
     def close(self) -> None:
         self.run(self.gateway.stop())
