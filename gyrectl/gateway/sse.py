@@ -27,10 +27,14 @@ class SseParser:
 
     def __init__(self) -> None:
         self._buffer = b""
+        self._held_cr = b""
 
     def feed(self, data: bytes) -> list[SseEvent]:
-        # Normalise CRLF once so a "\r\n\r\n" split across two reads is still found.
-        self._buffer += data.replace(b"\r\n", b"\n")
+        # Normalise CRLF to LF; a read ending in "\r" keeps it until the next read shows
+        # whether a "\n" follows.
+        data = self._held_cr + data
+        self._held_cr = b"\r" if data.endswith(b"\r") else b""
+        self._buffer += data[:len(data) - len(self._held_cr)].replace(b"\r\n", b"\n")
         events = []
         while (end := self._buffer.find(b"\n\n")) >= 0:
             block, self._buffer = self._buffer[:end], self._buffer[end + 2:]
