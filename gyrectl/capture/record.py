@@ -46,6 +46,11 @@ class CallRecord:
     tool_calls: tuple[dict[str, Any], ...] = ()
     """Raw tool-call payloads of the reply, as the client saw them (to recognise re-rendered
     history)."""
+    segments: tuple[dict[str, Any], ...] = ()
+    """Where the completion was produced, in order: ``{"server", "weight_version", "start"}``
+    per piece, ``start`` being the index of its first completion token. More than one piece
+    when the gateway moved the call mid-generation (a drained or dead server) and continued it
+    token-in/token-out on another server."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Anything else worth keeping (request hash, usage)."""
 
@@ -55,6 +60,7 @@ class CallRecord:
         out["completion_token_ids"] = list(self.completion_token_ids)
         out["logprobs"] = None if self.logprobs is None else list(self.logprobs)
         out["tool_calls"] = list(self.tool_calls)
+        out["segments"] = list(self.segments)
         return out
 
     @classmethod
@@ -84,6 +90,7 @@ class CallRecord:
             raise ValueError("'execution' must be a string or integer id")
         kwargs["execution"] = str(kwargs["execution"])
         kwargs["tool_calls"] = tuple(kwargs.get("tool_calls") or ())
+        kwargs["segments"] = tuple(kwargs.get("segments") or ())
         if kwargs.get("role", "main") not in ("main", "subagent", "summary"):
             raise ValueError(f"'role' must be main, subagent or summary, got {kwargs['role']!r}")
         return cls(**kwargs)

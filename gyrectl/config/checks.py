@@ -124,3 +124,12 @@ def check_config(config: Config) -> None:
             raise ConfigError("scheduler.min_rollout_cells", (
                 f"{scheduler.min_rollout_cells} of {num_cells} cells may never leave rollout, so no cell "
                 f"could ever train ({cluster.nodes} nodes / {cells.nodes_per_cell} per cell = {num_cells} cells)"))
+
+    sim = config.simulator
+    for name in ("server_slowdown_at_full", "train_step_overhead_s", "rollout_to_train_s", "train_to_rollout_s",
+                 "engine_start_s", "weight_sync_s", "step_restart_s", "move_cost_s"):
+        _at_least(f"simulator.{name}", getattr(sim, name), 0)
+    if sim.train_tokens_per_s_per_gpu <= 0:
+        raise ConfigError("simulator.train_tokens_per_s_per_gpu",
+                          f"must be positive, got {sim.train_tokens_per_s_per_gpu:g}")
+    _at_least("simulator.workload_size", sim.workload_size, 0)

@@ -141,6 +141,41 @@ class SchedulerConfig:
 
 
 @dataclass(frozen=True)
+class SimulatorConfig:
+    """Parameters of ``gyrectl simulate`` (a discrete-event model; nothing here touches a cluster)."""
+
+    server_slowdown_at_full: float = 0.5
+    """How much slower each execution runs on a server at full concurrency than alone: per-execution
+    speed is 1 / (1 + this x n / concurrency_per_server) for n sessions (0 = no contention)."""
+    train_tokens_per_s_per_gpu: float = 800.0
+    """Training throughput (forward + backward + optimizer) of one GPU, in trained tokens per second;
+    a step's work scales linearly with the cells that train."""
+    train_step_overhead_s: float = 20.0
+    """Fixed wall time of every training step that more cells do not shorten (optimizer, checkpoint)."""
+    rollout_to_train_s: float = 8.52
+    """Time from a cell leaving rollout until it trains (stop the server, start the trainer)."""
+    train_to_rollout_s: float = 3.46
+    """Time from a cell leaving training until its server serves again (warm engine wake-up)."""
+    engine_start_s: float = 60.0
+    """Cold start of a rollout server (first start of a cell)."""
+    weight_sync_s: float = 5.0
+    """Pause of a rollout server while it loads new weights after a training step."""
+    step_restart_s: float = 1.0
+    """Start of a step on a cell whose last step had the same role (a warm trainer or server)."""
+    move_cost_s: float = 1.0
+    """Extra work of an execution that moves to another server (re-prefill of its context)."""
+    executions_movable: bool = True
+    """Whether the gateway may move an in-flight execution to another server between calls. If false,
+    a draining cell keeps serving its executions until the last one finishes."""
+    batch_order: Literal["completion", "dispatch"] = "completion"
+    """``completion``: a batch is the next batch_executions to finish, so a training step never waits for
+    the slowest execution; ``dispatch``: batch k is the k-th block of batch_executions in dispatch
+    order (staleness exactly bounded by scheduler.max_staleness, but each step waits for its tail)."""
+    workload_size: int = 0
+    """Executions to simulate (0 = run.steps x training.batch_executions)."""
+
+
+@dataclass(frozen=True)
 class Config:
     run: RunConfig = field(default_factory=RunConfig)
     """The run's name, output root and seed."""
@@ -158,6 +193,8 @@ class Config:
     """Trajectory-tree deduplication before each step."""
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     """Which policy moves cells between roles."""
+    simulator: SimulatorConfig = field(default_factory=SimulatorConfig)
+    """The model behind ``gyrectl simulate`` (throughput, switch costs); ignored by real runs."""
 
     @property
     def num_cells(self) -> int:

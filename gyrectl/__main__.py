@@ -1,0 +1,3 @@
+from gyrectl.cli.app import main
+
+main()

@@ -1,0 +1,1 @@
+"""The thin Typer shell: one module per command group, one renderer (``render``)."""

@@ -1,0 +1,30 @@
+"""Every command prints through here: data as JSON on stdout (``--json``), people-facing tables and
+messages via rich, logs and errors on stderr."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+out = Console()
+err = Console(stderr=True)
+
+
+def emit_json(data: Any) -> None:
+    """Only data on stdout, one JSON document, nothing else."""
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> Table:
+    t = Table(title=title, title_justify="left", show_edge=False, header_style="bold")
+    for column in columns:
+        t.add_column(column)
+    for row in rows:
+        t.add_row(*("" if v is None else str(v) for v in row))
+    return t

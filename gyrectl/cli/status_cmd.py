@@ -1,0 +1,113 @@
+"""``gyrectl status`` and ``gyrectl stop``: watch and end runs from the login node."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Group
+from rich.live import Live
+
+from gyrectl.cli.options import DEFAULT_ROOT, JsonOpt, RootOpt, RunArg
+from gyrectl.cli.render import emit_json, out, table
+from gyrectl.errors import RuntimeFailure, UserError
+from gyrectl.launch.rundir import RunDir
+from gyrectl.launch.status import RunView, run_view
+
+WatchOpt = Annotated[bool, typer.Option("--watch", "-w", help="Refresh until the run ends (live view on a terminal).")]
+IntervalOpt = Annotated[float, typer.Option(help="Seconds between refreshes with --watch.")]
+
+
+def _latest_run(root: Path) -> RunDir:
+    runs = sorted(root.glob("*/config.yaml"), key=lambda p: p.stat().st_mtime) if root.is_dir() else []
+    if not runs:
+        raise UserError(f"no runs under {root.resolve()}; name one: gyrectl status RUN_DIR")
+    return RunDir(runs[-1].parent.resolve())
+
+
+def status(
+    run: Annotated[Optional[str], typer.Argument(help="Run directory or run name (default: the latest run under --root).",
+                                                 show_default=False)] = None,
+    root: RootOpt = DEFAULT_ROOT,
+    watch: WatchOpt = False,
+    interval: IntervalOpt = 2.0,
+    json_: JsonOpt = False,
+) -> None:
+    """Show a run: its job state (pending / running / ended) and every node with its role.
+
+    The job state comes from Slurm (scontrol, then the completion log) or from the local head
+    process; the nodes from the node table the head wrote into the run directory.
+
+    Examples:
+
+      gyrectl status                      # the latest run under ./runs
+
+      gyrectl status tiny --watch
+
+      gyrectl status runs/tiny --json | jq .job.state
+    """
+    run_dir = RunDir.open(run, output_root=root) if run else _latest_run(root)
+    if not watch:
+        view = run_view(run_dir)
+        emit_json(view.to_json()) if json_ else out.print(_render(view))
+        return
+    if json_ or not sys.stdout.isatty():
+        _watch_plain(run_dir, interval=interval, as_json=json_)
+        return
+    with Live(_render(run_view(run_dir)), console=out, refresh_per_second=4, transient=False) as live:
+        while True:
+            view = run_view(run_dir)
+            live.update(_render(view))
+            if view.job.state == "ended":
+                return
+            time.sleep(interval)
+
+
+def _watch_plain(run_dir: RunDir, *, interval: float, as_json: bool) -> None:
+    """Not a terminal: one snapshot per change (JSON lines with --json), until the run ends."""
+    last = None
+    while True:
+        view = run_view(run_dir)
+        snapshot = view.to_json()
+        if snapshot != last:
+            emit_json(snapshot) if as_json else out.print(_render(view))
+            last = snapshot
+        if view.job.state == "ended":
+            return
+        time.sleep(interval)
+
+
+def _render(view: RunView) -> Group:
+    job = view.job
+    colour = {"running": "green", "pending": "yellow", "ended": "blue"}.get(job.state, "red")
+    detail = f" ({job.slurm_state})" if job.slurm_state else ""
+    reason = f", {job.reason}" if job.reason else ""
+    head = f"[bold]{view.name}[/]  job {job.id} on {job.backend}: [{colour}]{job.state}[/]{detail}{reason}\n{view.run_dir}"
+    rows = [(n["name"], n["het_group"], n["gpus"], n["cpus"], n.get("address", ""), n["role"]) for n in view.nodes]
+    parts: list[object] = [head, table("nodes", ["node", "het group", "GPUs", "CPUs", "address", "role"], rows)]
+    if view.note:
+        parts.append(f"[dim]{view.note}[/]")
+    return Group(*parts)
+
+
+def stop(run: RunArg, root: RootOpt = DEFAULT_ROOT) -> None:
+    """Ask a run to end cleanly; the head records that it was stopped.
+
+    Example:  gyrectl stop tiny
+    """
+    run_dir = RunDir.open(run, output_root=root)
+    view = run_view(run_dir)
+    if view.job.state == "ended":
+        out.print(f"{run_dir.name} has already ended ({view.job.reason or view.job.slurm_state})")
+        return
+    run_dir.stop_file.write_text(f"{time.time()}\n")
+    if view.job.backend == "slurm" and view.job.state == "pending":
+        from gyrectl.cluster.slurm_cli import run_slurm
+        run_slurm(["scancel", view.job.id])
+    elif view.job.backend not in ("slurm", "local"):
+        raise RuntimeFailure(f"cannot stop a run of backend {view.job.backend!r}")
+    out.print(f"asked {run_dir.name} (job {view.job.id}) to stop; follow with: gyrectl status {run_dir.path} --watch",
+              highlight=False)

@@ -1,0 +1,65 @@
+"""Steps as child processes: the part the local and Slurm backends share (on Slurm the child is
+``srun``, which forwards signals to the step's tasks)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from gyrectl.cluster.base import StepState, StepStatus
+
+
+class ProcessSteps:
+    """Starts, stops and observes one process group per step."""
+
+    def __init__(self) -> None:
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._cancelled: set[str] = set()
+
+    def start(self, step_id: str, argv: Sequence[str], *, env: Mapping[str, str], log_path: Path | None) -> None:
+        assert step_id not in self._procs, f"step {step_id} already started"
+        log = open(log_path, "ab") if log_path else subprocess.DEVNULL
+        try:
+            self._procs[step_id] = subprocess.Popen(
+                list(argv), env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True)  # own group: stop() reaches every child
+        finally:
+            if log is not subprocess.DEVNULL:
+                log.close()
+
+    def stop(self, step_id: str, *, grace_s: float) -> None:
+        proc = self._procs[step_id]
+        if proc.poll() is not None:
+            return
+        self._cancelled.add(step_id)
+        _signal_group(proc, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if proc.poll() is None:
+            _signal_group(proc, signal.SIGKILL)
+            proc.wait()
+
+    def status(self, step_id: str) -> StepStatus:
+        proc = self._procs[step_id]
+        code = proc.poll()
+        if code is None:
+            return StepStatus(step_id, StepState.RUNNING)
+        if step_id in self._cancelled:
+            return StepStatus(step_id, StepState.CANCELLED, code)
+        return StepStatus(step_id, StepState.SUCCEEDED if code == 0 else StepState.FAILED, code)
+
+    def stop_all(self, *, grace_s: float) -> None:
+        for step_id in list(self._procs):
+            self.stop(step_id, grace_s=grace_s)
+
+
+def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass

@@ -1,0 +1,42 @@
+"""The simulated ``Cluster`` backend: steps on virtual nodes that start, run and end on the
+simulated world's virtual clock (:mod:`gyrectl.sim.world`). Nothing runs; it is what
+``gyrectl simulate`` and the coordinator's tests drive.
+
+A step's role comes from its ``GYRECTL_ROLE`` environment (set by the coordinator's step factory);
+its start time from the switch-cost model; a training member ends when its rendezvous has done the
+batch's work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gyrectl.cluster.base import Cluster, Node, StepSpec, StepStatus
+from gyrectl.sim.world import SimulatedWorld, _Step
+
+
+class SimulatedCluster(Cluster):
+    backend = "simulated"
+
+    def __init__(self, world: SimulatedWorld, *, gpus_per_node: int):
+        self._world = world
+        self._gpus = gpus_per_node
+        self._nodes = [f"sim-node{i}" for i in range(world.num_cells * world.nodes_per_cell)]
+        self._cell_of = {name: i // world.nodes_per_cell for i, name in enumerate(self._nodes)}
+
+    def discover(self) -> Sequence[Node]:
+        head = Node(name="sim-head", het_group=0, gpus=0, cpus=1)
+        return [head] + [Node(name=name, het_group=1, gpus=self._gpus, cpus=1) for name in self._nodes]
+
+    def start_step(self, spec: StepSpec) -> str:
+        cells = {self._cell_of[node] for node in spec.nodes}
+        assert len(cells) == 1, "a simulated step runs on exactly one cell"
+        return self._world.start_step(_Step(cell=cells.pop(), role=spec.env["GYRECTL_ROLE"],
+                                              train_index=int(spec.env.get("GYRECTL_TRAIN_STEP", -1)),
+                                              batch_ref=spec.env.get("GYRECTL_BATCH", "")))
+
+    def stop_step(self, step_id: str, *, grace_s: float = 5.0) -> None:
+        self._world.stop_step(step_id)
+
+    def step_status(self, step_id: str) -> StepStatus:
+        return StepStatus(step_id=step_id, state=self._world.steps[step_id].state)

@@ -1,0 +1,113 @@
+"""Slurm's command-line clients, called with retries and turned into plain data.
+
+On a loaded head node (vLLM saturating the CPU) slurmctld answers late, so every read is retried
+a few times before it counts as a failure.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gyrectl.errors import RuntimeFailure
+
+RETRIES = 3
+TIMEOUT_S = 20.0
+
+
+def run_slurm(argv: Sequence[str], *, retries: int = RETRIES, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Runs a Slurm client, retrying on time-outs and controller hiccups."""
+    last: subprocess.CompletedProcess[str] | None = None
+    for attempt in range(retries):
+        try:
+            last = subprocess.run(list(argv), capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+        except FileNotFoundError:
+            raise RuntimeFailure(f"{argv[0]} not found: is this a Slurm login node (and is Slurm on PATH)?") from None
+        except subprocess.TimeoutExpired:
+            last = None
+        else:
+            if last.returncode == 0 or not _transient(last.stderr):
+                break
+        time.sleep(0.5 * (attempt + 1))
+    if last is None:
+        raise RuntimeFailure(f"{' '.join(argv)} timed out {retries} times after {TIMEOUT_S:g} s")
+    if check and last.returncode != 0:
+        raise RuntimeFailure(f"{' '.join(argv)} failed (exit {last.returncode}): {last.stderr.strip() or last.stdout.strip()}")
+    return last
+
+
+def _transient(stderr: str) -> bool:
+    return any(s in stderr for s in ("timed out", "Socket timed out", "Unable to contact slurm controller",
+                                     "Zero Bytes were transmitted"))
+
+
+def expand_hostlist(hostlist: str) -> list[str]:
+    """``node[2-5]`` -> ``['node2', ..., 'node5']`` (by ``scontrol show hostnames``)."""
+    if not hostlist:
+        return []
+    return run_slurm(["scontrol", "show", "hostnames", hostlist]).stdout.split()
+
+
+def parse_cpus_per_node(text: str) -> list[int]:
+    """Slurm's compressed counts: ``4(x3),2`` -> ``[4, 4, 4, 2]``."""
+    counts: list[int] = []
+    for part in filter(None, text.split(",")):
+        match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        if not match:
+            raise ValueError(f"cannot read CPU counts {text!r}")
+        counts += [int(match.group(1))] * int(match.group(2) or 1)
+    return counts
+
+
+def parse_key_values(text: str) -> dict[str, str]:
+    """``scontrol show ...`` output (``Key=Value`` pairs, values without spaces) -> dict."""
+    pairs: dict[str, str] = {}
+    for token in text.split():
+        key, sep, value = token.partition("=")
+        if sep and key not in pairs:
+            pairs[key] = value
+    return pairs
+
+
+@dataclass(frozen=True)
+class JobComponent:
+    """One component of a (heterogeneous) job, as ``scontrol show job`` reports it."""
+
+    job_id: str
+    """``1234+1`` for a het component, ``1234`` for a plain job."""
+    state: str
+    """Slurm's JobState (PENDING, RUNNING, CANCELLED, ...)."""
+    reason: str
+    nodes: str
+    """Compressed node list (``node[2-5]``), empty while pending."""
+
+
+def show_job(job_id: str) -> list[JobComponent] | None:
+    """Every component of ``job_id``, or ``None`` once Slurm no longer knows the job."""
+    result = run_slurm(["scontrol", "show", "job", "-o", str(job_id)], check=False)
+    if result.returncode != 0:
+        if "Invalid job id" in result.stderr:
+            return None
+        raise RuntimeFailure(f"scontrol show job {job_id} failed: {result.stderr.strip()}")
+    components = []
+    for line in filter(str.strip, result.stdout.splitlines()):
+        kv = parse_key_values(line)
+        het_offset = kv.get("HetJobOffset")
+        job = f"{kv.get('HetJobId', kv['JobId'])}+{het_offset}" if het_offset is not None else kv["JobId"]
+        components.append(JobComponent(job_id=job, state=kv.get("JobState", "UNKNOWN"),
+                                       reason=kv.get("Reason", ""), nodes=kv.get("NodeList", "")))
+    return components
+
+
+def completed_state(job_id: str) -> str | None:
+    """Final state from the job-completion log (``sacct --completion``), for jobs Slurm has
+    already forgotten; ``None`` when that log has nothing either."""
+    result = run_slurm(["sacct", "--completion", "-n", "-P", "-o", "JobID,State", "-j", str(job_id)],
+                       check=False, retries=1)
+    if result.returncode != 0:
+        return None
+    states = [line.split("|")[1] for line in result.stdout.splitlines() if "|" in line]
+    return states[-1] if states else None

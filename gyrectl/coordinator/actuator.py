@@ -1,0 +1,103 @@
+"""Carries policy actions out and turns what happens into events: the only place the coordinator
+touches the ``Cluster`` and the gateway. It keeps no state of its own (step ids live in the
+coordinator state), so a restarted coordinator gets an equivalent actuator for free."""
+
+from __future__ import annotations
+
+from gyrectl.cluster.base import Cluster, StepState
+from gyrectl.coordinator.events import (Dispatched, Event, PhaseChanged, SyncStarted, TrainEnded, TrainExtended,
+                                        TrainStarted)
+from gyrectl.coordinator.ports import Clock, RolloutGateway
+from gyrectl.coordinator.state import CoordinatorState, Phase
+from gyrectl.coordinator.steps import StepFactory
+from gyrectl.errors import RuntimeFailure
+from gyrectl.scheduler.actions import (Action, Dispatch, ExtendTrain, MoveCell, StartServer, StartTrain,
+                                       SyncWeights)
+
+_WATCHED = (Phase.STARTING, Phase.RETURNING, Phase.DRAINING)
+
+
+class Actuator:
+    def __init__(self, *, cluster: Cluster, gateway: RolloutGateway, clock: Clock, steps: StepFactory,
+                 nodes_per_cell: int):
+        workers = [node.name for node in cluster.discover() if node.het_group == 1]
+        self.cell_nodes = [tuple(workers[i:i + nodes_per_cell]) for i in range(0, len(workers), nodes_per_cell)]
+        self._cluster, self._gateway, self._clock, self._steps = cluster, gateway, clock, steps
+
+    def act(self, action: Action, state: CoordinatorState) -> list[Event]:
+        now = self._clock.now()
+        match action:
+            case Dispatch(count=count, version=version):
+                self._gateway.dispatch(count=count, version=version)
+                return [Dispatched(count=count, version=version, at=now)]
+            case StartServer(cell=cell):
+                return [self._start_server(cell, Phase.STARTING, state.version, now)]
+            case MoveCell(cell=cell, to=Phase.ROLLOUT):
+                assert state.cells[cell].phase is Phase.TRAIN and (state.train is None or cell not in state.train.cells)
+                return [self._start_server(cell, Phase.RETURNING, state.version, now)]
+            case MoveCell(cell=cell, to=Phase.TRAIN) if state.cells[cell].phase is Phase.IDLE:
+                return [PhaseChanged(cell=cell, phase=Phase.TRAIN, at=now)]
+            case MoveCell(cell=cell, to=Phase.TRAIN):
+                assert state.cells[cell].phase is Phase.ROLLOUT, f"cell {cell} is not serving"
+                self._gateway.route(cell, routed=False)
+                return [PhaseChanged(cell=cell, phase=Phase.DRAINING, at=now, step_id=state.cells[cell].step_id,
+                                     weight_version=state.cells[cell].weight_version)]
+            case StartTrain(index=index, cells=cells, take=take):
+                batch = self._gateway.claim(index=index, take=take)
+                step_ids = tuple(self._start_member(c, index, batch) for c in cells)
+                return [TrainStarted(index=index, cells=cells, take=take, at=now, step_ids=step_ids)]
+            case ExtendTrain(cell=cell):
+                assert state.train is not None
+                batch = f"batch-{state.train.index}"
+                return [TrainExtended(cell=cell, at=now, step_id=self._start_member(cell, state.train.index, batch))]
+            case SyncWeights(cell=cell, version=version):
+                self._gateway.sync_weights(cell, version)
+                return [SyncStarted(cell=cell, version=version, at=now)]
+        raise AssertionError(f"unhandled action {action!r}")
+
+    def wait(self, state: CoordinatorState) -> list[Event]:
+        """Waits for the world to move, then reports what changed."""
+        self._clock.wait()
+        return self._gateway.poll() + self.observe(state)
+
+    def observe(self, state: CoordinatorState) -> list[Event]:
+        now, events = self._clock.now(), []
+        for cell in state.cells.select(_WATCHED):
+            if cell.phase is Phase.DRAINING:
+                if self._gateway.sessions(cell.id) == 0:  # with movable executions: at once
+                    self._cluster.stop_step(cell.step_id, grace_s=0.0)
+                    if self._cluster.step_status(cell.step_id).state.ended:
+                        events.append(PhaseChanged(cell=cell.id, phase=Phase.TRAIN, at=now))
+            elif self._cluster.step_status(cell.step_id).state is StepState.RUNNING:
+                self._gateway.route(cell.id, routed=True)
+                events.append(PhaseChanged(cell=cell.id, phase=Phase.ROLLOUT, at=now, step_id=cell.step_id,
+                                           weight_version=cell.weight_version))
+        if state.train is not None:
+            events += self._observe_training(state, now)
+        return events
+
+    def _observe_training(self, state: CoordinatorState, now: float) -> list[Event]:
+        assert state.train is not None
+        members = [state.cells[c].step_id for c in state.train.cells]
+        # Members of one rendezvous end together (torchrun fails the whole group if one fails), so
+        # watching the first member says when the step ended; then every member is looked at.
+        if not self._cluster.step_status(members[0]).state.ended:
+            return []
+        statuses = [self._cluster.step_status(step_id).state for step_id in members]
+        if StepState.FAILED in statuses:
+            raise RuntimeFailure(f"training step {state.train.index} failed")
+        if StepState.SUCCEEDED not in statuses:
+            return []
+        for step_id, status in zip(members, statuses, strict=True):
+            if not status.ended:  # a member still joining when the step completed
+                self._cluster.stop_step(step_id, grace_s=0.0)
+        return [TrainEnded(index=state.train.index, at=now)]
+
+    def _start_server(self, cell: int, phase: Phase, version: int, now: float) -> PhaseChanged:
+        spec = self._steps.rollout(cell=cell, nodes=self.cell_nodes[cell], version=version)
+        return PhaseChanged(cell=cell, phase=phase, at=now, step_id=self._cluster.start_step(spec),
+                            weight_version=version)
+
+    def _start_member(self, cell: int, index: int, batch: str) -> str:
+        return self._cluster.start_step(self._steps.train_member(cell=cell, nodes=self.cell_nodes[cell],
+                                                                 index=index, batch=batch))

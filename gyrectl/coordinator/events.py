@@ -1,0 +1,207 @@
+"""Transitions of the coordinator state: one frozen event per thing that happened, and
+:func:`apply`, the pure fold that turns (state, event) into the next state.
+
+Every event is also a journal record (:func:`to_record` / :func:`from_record`), so replaying a
+journal through :func:`apply` rebuilds exactly the state the coordinator had.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gyrectl.coordinator.state import CellTable, CoordinatorState, Phase, TrainStep
+
+
+@dataclass(frozen=True)
+class Dispatched:
+    """The gateway took ``count`` new executions (sequence numbers d..d+count-1) at ``version``."""
+
+    count: int
+    version: int
+    at: float
+
+
+@dataclass(frozen=True)
+class Started:
+    """Harnesses of ``count`` dispatched executions have begun."""
+
+    count: int
+    at: float
+
+
+@dataclass(frozen=True)
+class Finished:
+    """Execution ``seq`` (dispatched at weights ``version``) ended; ``timed_out`` if stopped at the
+    time limit, in which case it is scored on what it produced and trained like any other."""
+
+    seq: int
+    version: int
+    timed_out: bool
+    at: float
+
+
+@dataclass(frozen=True)
+class PhaseChanged:
+    cell: int
+    phase: Phase
+    at: float
+    step_id: str = ""
+    weight_version: int = 0
+
+
+@dataclass(frozen=True)
+class TrainStarted:
+    """Step ``index`` began on ``cells`` with the buffered executions ``take`` ((batch, version, count))."""
+
+    index: int
+    cells: tuple[int, ...]
+    take: tuple[tuple[int, int, int], ...]
+    at: float
+    step_ids: tuple[str, ...] = ()
+    """The cluster step of each cell's training member, in ``cells`` order."""
+
+
+@dataclass(frozen=True)
+class TrainExtended:
+    cell: int
+    at: float
+    step_id: str = ""
+
+
+@dataclass(frozen=True)
+class TrainEnded:
+    """The step finished and published weights version ``index + 1``."""
+
+    index: int
+    at: float
+
+
+@dataclass(frozen=True)
+class SyncStarted:
+    cell: int
+    version: int
+    at: float
+
+
+@dataclass(frozen=True)
+class WeightsSynced:
+    cell: int
+    version: int
+    at: float
+
+
+Event = (Dispatched | Started | Finished | PhaseChanged | TrainStarted | TrainExtended | TrainEnded
+         | SyncStarted | WeightsSynced)
+
+
+def _with_cell(state: CoordinatorState, cell_id: int, **changes: Any) -> CoordinatorState:
+    cells = list(state.cells)
+    cells[cell_id] = dataclasses.replace(cells[cell_id], **changes)
+    return dataclasses.replace(state, cells=CellTable(cells))
+
+
+def _add_to_buffer(buffer: tuple[tuple[int, int, int], ...], batch: int, version: int, count: int
+                   ) -> tuple[tuple[int, int, int], ...]:
+    counts = {(b, v): n for b, v, n in buffer}
+    counts[(batch, version)] = counts.get((batch, version), 0) + count
+    return tuple(sorted((b, v, n) for (b, v), n in counts.items() if n))
+
+
+def _dispatched(state: CoordinatorState, e: Dispatched) -> CoordinatorState:
+    assert e.count > 0
+    return dataclasses.replace(state, dispatched=state.dispatched + e.count)
+
+
+def _started(state: CoordinatorState, e: Started) -> CoordinatorState:
+    assert state.started + e.count <= state.dispatched
+    return dataclasses.replace(state, started=state.started + e.count)
+
+
+def _finished(state: CoordinatorState, e: Finished) -> CoordinatorState:
+    assert e.seq < state.dispatched and state.finished < state.dispatched, "finished more than dispatched"
+    batch = e.seq // state.limits.batch_executions
+    return dataclasses.replace(state, finished=state.finished + 1, timed_out=state.timed_out + e.timed_out,
+                               buffer=_add_to_buffer(state.buffer, batch, e.version, 1))
+
+
+def _phase_changed(state: CoordinatorState, e: PhaseChanged) -> CoordinatorState:
+    return _with_cell(state, e.cell, phase=e.phase, since=e.at, step_id=e.step_id,
+                      weight_version=e.weight_version, syncing=False)
+
+
+def _train_started(state: CoordinatorState, e: TrainStarted) -> CoordinatorState:
+    assert state.train is None and e.index == state.version
+    assert all(state.cells[c].phase is Phase.TRAIN for c in e.cells), "a serving cell cannot train"
+    buffer, staleness = state.buffer, dict(state.staleness)
+    for batch, version, count in e.take:
+        buffer = _add_to_buffer(buffer, batch, version, -count)
+        staleness[e.index - version] = staleness.get(e.index - version, 0) + count
+    assert all(n > 0 for _, _, n in buffer), "took executions that were not buffered"
+    executions = sum(n for _, _, n in e.take)
+    cells = list(state.cells)
+    for cell, step_id in zip(e.cells, e.step_ids, strict=False):
+        cells[cell] = dataclasses.replace(cells[cell], step_id=step_id)
+    return dataclasses.replace(state, buffer=buffer, cells=CellTable(cells), trained=state.trained + executions,
+                               staleness=tuple(sorted(staleness.items())),
+                               train=TrainStep(index=e.index, cells=e.cells, executions=executions, started_at=e.at))
+
+
+def _train_extended(state: CoordinatorState, e: TrainExtended) -> CoordinatorState:
+    assert state.train is not None and e.cell not in state.train.cells
+    assert state.cells[e.cell].phase is Phase.TRAIN
+    state = _with_cell(state, e.cell, step_id=e.step_id)
+    return dataclasses.replace(state, train=dataclasses.replace(state.train, cells=state.train.cells + (e.cell,)))
+
+
+def _train_ended(state: CoordinatorState, e: TrainEnded) -> CoordinatorState:
+    assert state.train is not None and state.train.index == e.index
+    cells = list(state.cells)
+    for cell in state.train.cells:
+        cells[cell] = dataclasses.replace(cells[cell], step_id="")
+    return dataclasses.replace(state, cells=CellTable(cells), train=None, version=e.index + 1)
+
+
+def _sync_started(state: CoordinatorState, e: SyncStarted) -> CoordinatorState:
+    return _with_cell(state, e.cell, syncing=True)
+
+
+def _weights_synced(state: CoordinatorState, e: WeightsSynced) -> CoordinatorState:
+    return _with_cell(state, e.cell, syncing=False, weight_version=e.version)
+
+
+_APPLY: dict[type, Callable[[CoordinatorState, Any], CoordinatorState]] = {
+    Dispatched: _dispatched, Started: _started, Finished: _finished, PhaseChanged: _phase_changed,
+    TrainStarted: _train_started, TrainExtended: _train_extended, TrainEnded: _train_ended,
+    SyncStarted: _sync_started, WeightsSynced: _weights_synced,
+}
+_BY_NAME = {cls.__name__: cls for cls in _APPLY}
+
+
+def apply(state: CoordinatorState, event: Event) -> CoordinatorState:
+    """The next state after ``event`` (pure)."""
+    return _APPLY[type(event)](state, event)
+
+
+def to_record(event: Event) -> dict[str, Any]:
+    record = {f.name: getattr(event, f.name) for f in dataclasses.fields(event)}
+    if isinstance(event, PhaseChanged):
+        record["phase"] = event.phase.value
+    return {"event": type(event).__name__, **record}
+
+
+def from_record(record: dict[str, Any]) -> Event:
+    fields = dict(record)
+    cls = _BY_NAME[fields.pop("event")]
+    if cls is PhaseChanged:
+        fields["phase"] = Phase(fields["phase"])
+    if cls is TrainStarted:
+        fields["cells"] = tuple(fields["cells"])
+        fields["take"] = tuple(tuple(item) for item in fields["take"])
+        fields["step_ids"] = tuple(fields["step_ids"])
+    return cls(**fields)
+
+
+assert set(_APPLY) == set(Event.__args__)  # every event has a fold

@@ -1,0 +1,37 @@
+"""The coordinator's two narrow views of the world besides the ``Cluster``: the gateway that owns
+executions and routing, and the clock it waits on. Real ones talk HTTP and sleep; the simulated
+ones (:mod:`gyrectl.sim.gateway`) share a virtual clock with the simulated cluster."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from gyrectl.coordinator.events import Event
+
+
+class RolloutGateway(Protocol):
+    def dispatch(self, *, count: int, version: int) -> None:
+        """Starts ``count`` new executions (the next sequence numbers) on routed servers."""
+
+    def route(self, cell: int, *, routed: bool) -> None:
+        """Adds a cell's server to the routing, or drains it (its executions move on between calls)."""
+
+    def sessions(self, cell: int) -> int:
+        """Executions the cell's server still holds (0 once a drained cell may stop)."""
+
+    def sync_weights(self, cell: int, version: int) -> None:
+        """Makes the cell's server load weights ``version``; reported by ``WeightsSynced``."""
+
+    def claim(self, *, index: int, take: tuple[tuple[int, int, int], ...]) -> str:
+        """Reserves the finished executions ``take`` for training step ``index``; names the batch."""
+
+    def poll(self) -> list[Event]:
+        """``Started``, ``Finished`` and ``WeightsSynced`` events since the last poll."""
+
+
+class Clock(Protocol):
+    def now(self) -> float:
+        """Seconds on the coordinator's clock."""
+
+    def wait(self) -> None:
+        """Blocks until something may have changed (real: a poll interval; simulated: next event)."""

@@ -1,0 +1,189 @@
+"""What the coordinator knows: frozen dataclasses, changed only by folding events into them
+(:mod:`gyrectl.coordinator.events`), so a journal of events rebuilds the same state.
+
+Counters are global, not per cell: the gateway moves an execution between servers between its
+calls, so in-flight work belongs to the rollout pool as a whole (w = dispatched - finished), and
+the capacity rule compares it with the pool's slots.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import Enum
+from functools import cached_property
+from typing import Literal
+
+from gyrectl.config.schema import Config
+
+
+class Phase(str, Enum):
+    """Where a cell is in its role cycle::
+
+        idle -> starting -> rollout -> draining -> train -> returning -> rollout ...
+        (any) -> lost
+    """
+
+    IDLE = "idle"
+    """No step on the cell yet."""
+    STARTING = "starting"
+    """Rollout server cold-starting (engine load)."""
+    ROLLOUT = "rollout"
+    """Server healthy and in the gateway's routing."""
+    DRAINING = "draining"
+    """Left the routing; server step stopping (its executions move to other servers)."""
+    TRAIN = "train"
+    """In the training pool: in the current training step, or waiting for the next one."""
+    RETURNING = "returning"
+    """Training left; rollout server waking up."""
+    LOST = "lost"
+    """Its nodes failed; holds no work."""
+
+
+TOWARD_ROLLOUT = (Phase.STARTING, Phase.ROLLOUT, Phase.RETURNING)
+
+
+@dataclass(frozen=True)
+class CellState:
+    id: int
+    """Index of the cell (0-based, in node order)."""
+    phase: Phase = Phase.IDLE
+    """Current phase; the role is rollout for starting/rollout/draining, train for train/returning."""
+    since: float = 0.0
+    """Clock time the cell entered ``phase``."""
+    step_id: str = ""
+    """The cluster step now running on the cell (rollout server or training member)."""
+    weight_version: int = 0
+    """Weights version the cell's server serves (meaningful while it serves)."""
+    syncing: bool = False
+    """A weight reload is in progress on the server."""
+
+
+class CellTable(tuple[CellState, ...]):
+    """The cells, in id order: a tuple that remembers its per-phase views. A new table is built
+    only when a cell changes (rare), while the state is rebuilt on every event, so policies can ask
+    "which cells are serving" in O(1) instead of scanning hundreds of cells per decision."""
+
+    def __new__(cls, cells: Iterable[CellState]) -> CellTable:
+        return super().__new__(cls, cells)
+
+    @cached_property
+    def by_phase(self) -> dict[Phase, tuple[CellState, ...]]:
+        groups: dict[Phase, list[CellState]] = {phase: [] for phase in Phase}
+        for cell in self:
+            groups[cell.phase].append(cell)
+        return {phase: tuple(cells) for phase, cells in groups.items()}
+
+    @cached_property
+    def counts(self) -> dict[Phase, int]:
+        return {phase: len(cells) for phase, cells in self.by_phase.items()}
+
+    @cached_property
+    def _selections(self) -> dict[tuple[Phase, ...], list[CellState]]:
+        return {}
+
+    def select(self, phases: tuple[Phase, ...]) -> list[CellState]:
+        """Cells in any of ``phases``, in id order (remembered per table)."""
+        found = self._selections.get(phases)
+        if found is None:
+            found = self._selections[phases] = sorted(
+                (cell for phase in phases for cell in self.by_phase[phase]), key=lambda cell: cell.id)
+        return found
+
+    @cached_property
+    def oldest_served_version(self) -> int | None:
+        """The oldest weights a serving cell has (None when no cell serves)."""
+        serving = self.by_phase[Phase.ROLLOUT]
+        return min(cell.weight_version for cell in serving) if serving else None
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The run's fixed numbers the policies need, taken from the config once."""
+
+    num_cells: int
+    slots_per_cell: int
+    """Executions one rollout server serves at once (rollout.concurrency_per_server)."""
+    batch_executions: int
+    max_staleness: int
+    min_rollout_cells: int = 0
+    async_train_cells: int = 1
+    total_executions: int = 0
+    """Executions the run trains in all (0 = no end; the last batch may be smaller)."""
+    batch_order: Literal["completion", "dispatch"] = "completion"
+    """How a batch is formed; see ``simulator.batch_order`` in the config docs."""
+
+
+@dataclass(frozen=True)
+class TrainStep:
+    index: int
+    """Step number; it trains weights version ``index`` into ``index + 1``."""
+    cells: tuple[int, ...]
+    """Cells in the step so far (it grows when cells join)."""
+    executions: int
+    started_at: float
+
+
+@dataclass(frozen=True)
+class CoordinatorState:
+    limits: Limits
+    cells: CellTable
+    dispatched: int = 0
+    """d: executions handed to the gateway (sequence numbers 0..d-1)."""
+    started: int = 0
+    """p: executions whose harness has begun."""
+    finished: int = 0
+    """f: executions that ended (completed or stopped at the time limit); both are trained."""
+    timed_out: int = 0
+    """Of ``finished``, those stopped at rollout.execution_time_limit_s."""
+    trained: int = 0
+    """Executions taken by training steps so far."""
+    version: int = 0
+    """Latest weights version published by the trainer (= training steps completed)."""
+    buffer: tuple[tuple[int, int, int], ...] = ()
+    """Finished, not yet trained executions as sorted ``(batch, version, count)``: ``version`` is the
+    weights they were dispatched with, ``batch`` their dispatch-order block (seq // batch)."""
+    train: TrainStep | None = None
+    """The training step in progress, if any."""
+    staleness: tuple[tuple[int, int], ...] = ()
+    """Histogram ``(versions behind, executions)`` of everything trained so far."""
+
+    @property
+    def in_flight(self) -> int:
+        """w = d - f."""
+        return self.dispatched - self.finished
+
+    @property
+    def buffered(self) -> int:
+        return sum(count for _, _, count in self.buffer)
+
+    @property
+    def done(self) -> bool:
+        total = self.limits.total_executions
+        return total > 0 and self.trained >= total and self.train is None
+
+    def phase_count(self, *phases: Phase) -> int:
+        counts = self.cells.counts
+        return sum(counts[phase] for phase in phases)
+
+    def cells_in(self, *phases: Phase) -> list[CellState]:
+        return list(self.cells.select(phases))
+
+    def next_batch_size(self) -> int:
+        total = self.limits.total_executions
+        batch = self.limits.batch_executions
+        return batch if total == 0 else min(batch, total - self.trained)
+
+
+def initial_state(limits: Limits) -> CoordinatorState:
+    return CoordinatorState(limits=limits, cells=CellTable(CellState(id=i) for i in range(limits.num_cells)))
+
+
+def limits_from_config(config: Config) -> Limits:
+    """The run's limits: it trains ``run.steps`` batches (or ``simulator.workload_size`` executions)."""
+    total = config.simulator.workload_size or config.run.steps * config.training.batch_executions
+    return Limits(num_cells=config.num_cells, slots_per_cell=config.rollout.concurrency_per_server,
+                  batch_executions=config.training.batch_executions, max_staleness=config.scheduler.max_staleness,
+                  min_rollout_cells=config.scheduler.min_rollout_cells,
+                  async_train_cells=config.scheduler.async_train_cells, total_executions=total,
+                  batch_order=config.simulator.batch_order)

@@ -1,0 +1,20 @@
+"""The OpenAI-compatible gateway between black-box agent harnesses and the rollout servers.
+
+It records every call token-in/token-out, routes calls over a server set that changes at run
+time, and hides drained, removed or dead servers from the harness. See ``docs/gateway.md``.
+
+Runbook (a gateway in front of one local vLLM server)::
+
+    gw = Gateway(GatewaySettings(token=run_token, models=("tiny",)), sink=JsonlCallSink(path))
+    await gw.start()
+    gw.pool.add("node1", "http://127.0.0.1:8100", weight_version=0)
+    # harness: OPENAI_BASE_URL=gw.base_url("exec-17"), OPENAI_API_KEY=run_token
+    gw.pool.drain("node1")        # node1 leaves rollout; its calls move or finish
+    await gw.stop()
+"""
+
+from gyrectl.gateway.app import Gateway
+from gyrectl.gateway.settings import GatewaySettings
+from gyrectl.gateway.sink import CallSink, JsonlCallSink
+
+__all__ = ["CallSink", "Gateway", "GatewaySettings", "JsonlCallSink"]

@@ -1,0 +1,219 @@
+"""The gateway's HTTP face (aiohttp): client routes, the admin route, errors, start and stop.
+
+Client routes, under ``/v1`` or ``/x/<execution>[/<role>]/v1`` (see ``auth``):
+``POST chat/completions``, ``completions``, ``responses``, ``messages``; ``GET models``.
+Admin routes (same token): ``GET /admin/servers``; ``POST /admin/servers`` ``{"name", "url",
+"weight_version"}``; ``POST /admin/servers/<name>/drain`` ``{"grace_s"}``;
+``POST /admin/servers/<name>/weight_version`` ``{"version"}``; ``DELETE /admin/servers/<name>``.
+
+aiohttp rather than FastAPI: the gateway is a streaming proxy, so it wants a raw request body
+(size-capped before parsing), a raw response stream and one client session with connection
+reuse -- aiohttp is all three in one well-kept library that vLLM already installs, with no
+validation layer to pay for on every chunk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from gyrectl.gateway import anthropic, chat, completions, relay
+from gyrectl.gateway.auth import Caller, identify, presented_key
+from gyrectl.gateway.capture import CallContext
+from gyrectl.gateway.engine import EngineDeps, Generation
+from gyrectl.gateway.errors import GatewayError, unauthorized, unavailable
+from gyrectl.gateway.pool import ServerPool
+from gyrectl.gateway.settings import GatewaySettings
+from gyrectl.gateway.sink import CallSink
+from gyrectl.gateway.sse import DONE, encode
+from gyrectl.gateway.upstream import Upstream, UpstreamRejected
+from gyrectl.gateway.validate import check_request, parse_body
+
+_APIS = {"/v1/chat/completions": "chat", "/v1/completions": "completions",
+         "/v1/responses": "responses", "/v1/messages": "messages"}
+_SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+
+
+class Gateway:
+    """``await start()``, hand harnesses ``base_url(execution)``, ``await stop()``."""
+
+    def __init__(self, settings: GatewaySettings, *, sink: CallSink):
+        self.settings = settings
+        self.sink = sink
+        self.pool = ServerPool(drain_grace_s=settings.drain_grace_s, sticky_slack=settings.sticky_slack,
+                               server_wait_s=settings.server_wait_s)
+        self.url = ""
+        self._closing = False
+        self._runner: web.AppRunner | None = None
+        self._deps: EngineDeps | None = None
+
+    def base_url(self, execution: str, role: str = "main") -> str:
+        """The OpenAI base URL to give the harness of ``execution`` (key: the run token)."""
+        return f"{self.url}/x/{execution}/v1" if role == "main" else f"{self.url}/x/{execution}/{role}/v1"
+
+    async def start(self) -> None:
+        upstream = Upstream(read_timeout_s=self.settings.read_timeout_s)
+        self._deps = EngineDeps(self.pool, upstream, self.sink, max_attempts=self.settings.max_attempts)
+        app = web.Application(client_max_size=self.settings.max_body_bytes, middlewares=[self._errors])
+        app.router.add_route("*", "/admin/servers", self._admin)
+        app.router.add_route("*", "/admin/servers/{name}", self._admin)
+        app.router.add_route("*", "/admin/servers/{name}/{action}", self._admin)
+        app.router.add_route("*", "/{tail:.*}", self._client)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=self.settings.drain_grace_s)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # the real port when settings.port is 0
+        self.url = f"http://{self.settings.host}:{port}"
+
+    async def stop(self) -> None:
+        """New calls get 503 from now on; running ones finish (up to the drain grace)."""
+        self._closing = True
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._deps is not None:
+            await self._deps.upstream.close()
+
+    # -- client calls ------------------------------------------------------------------------
+    async def _client(self, request: web.Request) -> web.StreamResponse:
+        caller = self._caller(request)
+        if self._closing:
+            raise unavailable("The gateway is shutting down.")
+        if caller.api_path == "/v1/models":
+            return web.json_response({"object": "list", "data": [
+                {"id": m, "object": "model", "created": 0, "owned_by": "gyrectl"} for m in self.settings.models]})
+        api = _APIS.get(caller.api_path)
+        if api is None:
+            raise GatewayError(404, f"Unknown route {request.method} {request.path}.", code="unknown_url")
+        if request.method != "POST":
+            raise GatewayError(405, f"{caller.api_path} takes POST.", code="method_not_allowed")
+        body = parse_body(await _read(request))
+        check_request(api, body, self.settings.models)
+        ctx = CallContext(caller.execution, uuid.uuid4().hex, api, caller.role, time.time())
+        handler = {"chat": self._generate, "completions": self._generate,
+                   "messages": self._messages, "responses": self._responses}[api]
+        return await handler(request, ctx, body)
+
+    async def _generate(self, request: web.Request, ctx: CallContext, body: dict[str, Any]) -> web.StreamResponse:
+        call = Generation(self._deps, ctx, chat if ctx.api == "chat" else completions, body)
+        if not body.get("stream"):
+            return web.json_response(await call.respond())
+        chunks = (encode(chunk) async for chunk in call.stream())
+        return await _sse(request, chunks, done=True)
+
+    async def _messages(self, request: web.Request, ctx: CallContext, body: dict[str, Any]) -> web.StreamResponse:
+        chat_body = anthropic.to_chat_request(body)
+        if not chat_body["stream"]:
+            reply = await Generation(self._deps, ctx, chat, chat_body).respond()
+            return web.json_response(anthropic.to_message(reply))
+        chat_body["stream_options"] = {"include_usage": True}
+        call = Generation(self._deps, ctx, chat, chat_body)
+
+        async def events() -> AsyncIterator[bytes]:
+            translator = anthropic.StreamTranslator()
+            async for chunk in call.stream():
+                for name, data in translator.feed(chunk):
+                    yield encode(data, name)
+            for name, data in translator.finish():
+                yield encode(data, name)
+        return await _sse(request, events(), done=False)
+
+    async def _responses(self, request: web.Request, ctx: CallContext, body: dict[str, Any]) -> web.StreamResponse:
+        if not body.get("stream"):
+            return web.json_response(await relay.respond(self._deps, ctx, body))
+        events = (encode(data, name) async for name, data in relay.stream(self._deps, ctx, body))
+        return await _sse(request, events, done=False)
+
+    # -- admin ---------------------------------------------------------------------------------
+    async def _admin(self, request: web.Request) -> web.Response:
+        self._caller(request)
+        name, action = request.match_info.get("name"), request.match_info.get("action")
+        body = parse_body(await _read(request)) if request.body_exists else {}
+        try:
+            if request.method == "POST" and name is None:
+                self.pool.add(body["name"], body["url"], weight_version=body.get("weight_version"))
+            elif request.method == "POST" and action == "drain":
+                self.pool.drain(name, grace_s=body.get("grace_s"))
+            elif request.method == "POST" and action == "weight_version":
+                self.pool.set_weight_version(name, body["version"])
+            elif request.method == "DELETE" and action is None and name is not None:
+                self.pool.remove(name)
+            elif request.method != "GET":
+                raise GatewayError(405, f"{request.method} {request.path} is not an admin action.")
+        except KeyError as exc:
+            raise GatewayError(404 if name else 400, f"{exc.args[0]}") from exc
+        return web.json_response({"servers": [
+            {"name": s.name, "url": s.url, "state": s.state.value, "num_inflight": s.num_inflight,
+             "weight_version": s.weight_version} for s in self.pool.views()]})
+
+    # -- shared --------------------------------------------------------------------------------
+    def _caller(self, request: web.Request) -> Caller:
+        caller = identify(request.path, presented_key(request.headers), self.settings.token)
+        if caller is None:
+            raise unauthorized()
+        return caller
+
+    @web.middleware
+    async def _errors(self, request: web.Request,
+                      handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+        anthropic_shape = request.path.endswith("/v1/messages")
+        try:
+            return await handler(request)
+        except GatewayError as err:
+            body = err.anthropic_body() if anthropic_shape else err.openai_body()
+            return web.json_response(body, status=err.status)
+        except UpstreamRejected as rejected:
+            if anthropic_shape:
+                message = _upstream_message(rejected.body)
+                return web.json_response(GatewayError(rejected.status, message).anthropic_body(),
+                                         status=rejected.status)
+            return web.Response(body=rejected.body, status=rejected.status, content_type="application/json")
+
+
+async def _read(request: web.Request) -> bytes:
+    try:
+        return await request.read()
+    except web.HTTPRequestEntityTooLarge as exc:
+        raise GatewayError(413, f"The request body is larger than {request.app._client_max_size} bytes.",
+                           code="request_too_large") from exc
+
+
+async def _sse(request: web.Request, events: AsyncIterator[bytes], *, done: bool) -> web.StreamResponse:
+    """Streams ``events``; errors before the first event become ordinary HTTP errors, later
+    ones an error event (what OpenAI streams send), since the status line is already out."""
+    response: web.StreamResponse | None = None
+    async with contextlib.aclosing(events):
+        try:
+            async for event in events:
+                if response is None:
+                    response = web.StreamResponse(headers=_SSE_HEADERS)
+                    await response.prepare(request)
+                await response.write(event)
+        except GatewayError as err:
+            if response is None:
+                raise
+            await response.write(encode(err.openai_body()))
+        except UpstreamRejected as rejected:
+            if response is None:
+                raise
+            await response.write(encode(json.loads(rejected.body)))
+    if response is None:  # a stream with no events at all
+        response = web.StreamResponse(headers=_SSE_HEADERS)
+        await response.prepare(request)
+    if done:
+        await response.write(encode(DONE))
+    await response.write_eof()
+    return response
+
+
+def _upstream_message(body: bytes) -> str:
+    try:
+        return json.loads(body)["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        return body.decode(errors="replace")

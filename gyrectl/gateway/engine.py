@@ -1,0 +1,172 @@
+"""Runs one client call of a token-generating API to its end, across servers if need be.
+
+    acquire a lease (routing) --> send (chat / completions, with capture fields)
+        |                              |
+        |   server lost before the     |   server lost mid-stream (drain grace over,
+        |   client saw anything:       |   removed, reset, timed out, aborted):
+        +<-- re-send the whole call ---+-- continue each unfinished choice token-in/token-out
+                                       |   on another server, same stream for the client
+                                       v
+                          finished: one CallRecord per choice to the sink
+
+The client never sees a lost server; it sees an error only if every attempt fails.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from gyrectl.gateway import capture as cap
+from gyrectl.gateway.continuation import continuation_body, remaining_tokens
+from gyrectl.gateway.errors import UpstreamLost, unavailable
+from gyrectl.gateway.pool import Lease, ServerPool
+from gyrectl.gateway.sink import CallSink
+from gyrectl.gateway.upstream import Upstream
+
+CONTINUATION_PATH = "/v1/completions"
+
+
+@dataclass(frozen=True)
+class EngineDeps:
+    pool: ServerPool
+    upstream: Upstream
+    sink: CallSink
+    max_attempts: int = 6
+    """Servers one call may try before the client gets a 503."""
+
+
+class Generation:
+    """One call; ``api`` is the module of its wire format (``chat`` or ``completions``)."""
+
+    def __init__(self, deps: EngineDeps, ctx: cap.CallContext, api: ModuleType, body: dict[str, Any]):
+        self.deps, self.ctx, self.api, self.request = deps, ctx, api, body
+        self.upstream_body, self.asked = api.upstream_request(body)
+        self.captures: dict[int, cap.ChoiceCapture] = {}
+        self._failed: set[str] = set()
+
+    async def respond(self) -> dict[str, Any]:
+        """Non-streaming: nothing reaches the client before the end, so a lost server just
+        means sending the whole call again elsewhere."""
+        for _ in range(self.deps.max_attempts):
+            lease = await self._acquire()
+            try:
+                request_id = uuid.uuid4().hex
+                response = await self.deps.upstream.post_json(
+                    lease, self.api.PATH, self.upstream_body, request_id=request_id,
+                    abort_ids=self._abort_ids(request_id))
+                captures: dict[int, cap.ChoiceCapture] = {}
+                self.api.absorb_response(response, captures, lease)
+                if any(not c.finished for c in captures.values()):
+                    raise UpstreamLost(f"{lease.server}: call aborted", dead=False)
+                self.captures = captures
+                self._record()
+                return self.api.strip_response(response, self.asked)
+            except UpstreamLost as lost:
+                self._lost(lease, lost)
+            finally:
+                self.deps.pool.release(lease)
+        raise unavailable("Every rollout server tried for this call failed; try again.")
+
+    async def stream(self) -> AsyncIterator[dict[str, Any]]:
+        """Streaming: yields the client's chunks (without ``[DONE]``); records at the end, also
+        when the client goes away early."""
+        header: dict[str, Any] | None = None
+        try:
+            for _ in range(self.deps.max_attempts):
+                lease = await self._acquire()
+                try:
+                    if header is None:
+                        async for chunk in self._first_attempt(lease):
+                            header = header or {k: chunk[k] for k in ("id", "created", "model") if k in chunk}
+                            yield chunk
+                    else:
+                        async for chunk in self._continue(lease, header):
+                            yield chunk
+                    if all(c.finished for c in self.captures.values()) and self.captures:
+                        break
+                    raise UpstreamLost(f"{lease.server}: stream ended early", dead=False)
+                except UpstreamLost as lost:
+                    self._lost(lease, lost)
+                finally:
+                    self.deps.pool.release(lease)
+            else:
+                raise unavailable("Every rollout server tried for this call failed; try again.")
+            if self.asked.include_usage and header is not None:
+                yield self.api.usage_chunk(header, self.captures)
+        finally:
+            if self.captures:
+                self._record()
+
+    async def _first_attempt(self, lease: Lease) -> AsyncIterator[dict[str, Any]]:
+        request_id = uuid.uuid4().hex
+        sent = False
+        try:
+            async for event in self.deps.upstream.stream(
+                    lease, self.api.PATH, self.upstream_body, request_id=request_id,
+                    abort_ids=self._abort_ids(request_id)):
+                chunk = event.json()
+                if chunk.get("usage") and not chunk.get("choices"):
+                    continue  # the gateway sends its own usage chunk, right for resumed calls too
+                self.api.absorb_chunk(chunk, self.captures, lease)
+                out = self.api.strip_chunk(chunk, self.asked)
+                if out is not None:
+                    sent = True
+                    yield out
+        except UpstreamLost:
+            if not sent:
+                self.captures.clear()  # the client saw nothing: start over cleanly elsewhere
+            raise
+
+    async def _continue(self, lease: Lease, header: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        for choice in [c for c in self.captures.values() if not c.finished]:
+            if choice.prompt_ids is None:
+                raise UpstreamLost("prompt ids unknown")  # cannot happen once a chunk was sent
+            if (remaining_tokens(self.request, len(choice.token_ids)) or 1) <= 0:
+                choice.finish("length")
+                yield self.api.continuation_chunk(header, choice.index, {"finish_reason": "length"}, self.asked)
+                continue
+            choice.on_server(lease)
+            body = continuation_body(self.request, prompt_ids=choice.prompt_ids,
+                                     delivered=choice.token_ids, top_logprobs=self.asked.top_logprobs)
+            request_id = uuid.uuid4().hex
+            async for event in self.deps.upstream.stream(
+                    lease, CONTINUATION_PATH, body, request_id=request_id,
+                    abort_ids=[f"cmpl-{request_id}-0", f"cmpl-{request_id}"]):
+                for piece in event.json().get("choices", ()):
+                    choice.add_tokens(piece.get("token_ids"),
+                                      (piece.get("logprobs") or {}).get("token_logprobs"))
+                    choice.finish(piece.get("finish_reason"))
+                    if piece.get("finish_reason") == cap.ABORTED:
+                        piece = {**piece, "finish_reason": None}
+                    if piece.get("text") or piece.get("finish_reason"):
+                        yield self.api.continuation_chunk(header, choice.index, piece, self.asked)
+
+    async def _acquire(self) -> Lease:
+        return await self.deps.pool.acquire(self.ctx.execution, exclude=self._failed)
+
+    def _lost(self, lease: Lease, lost: UpstreamLost) -> None:
+        if lost.dead or lease.cancelled:
+            self._failed.add(lease.server)
+        if lost.dead:
+            self.deps.pool.report_failure(lease)
+
+    def _abort_ids(self, request_id: str) -> list[str]:
+        prefixed = self.api.ABORT_PREFIX + request_id
+        # Completions name each prompt's sub-request "<id>-<i>"; chat has just the one.
+        return [prefixed] + [f"{prefixed}-{i}" for i in range(_num_prompts(self.request))]
+
+    def _record(self) -> None:
+        for record in cap.records(self.ctx, self.captures):
+            self.deps.sink.record(record)
+        self.captures = {}
+
+
+def _num_prompts(request: dict[str, Any]) -> int:
+    prompt = request.get("prompt")
+    if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int):
+        return len(prompt)
+    return 1 if "prompt" in request else 0

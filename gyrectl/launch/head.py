@@ -1,0 +1,77 @@
+"""The head process: what runs on component 0 of the allocation (or as a local process).
+
+    discover the allocation -> write the node table -> run the coordinator -> record how it ended
+
+Until the coordinator lands, the head holds the allocation with every node ``idle`` and ends on
+``gyrectl stop``, ``scancel`` or the time limit; each of those is written to the journal so
+``gyrectl status`` can say how the run ended.
+
+Run by hand (local backend): ``python -m gyrectl.launch.head RUN_DIR``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from gyrectl.cluster.base import Cluster, Node
+from gyrectl.config import load_config
+from gyrectl.launch.rundir import RunDir
+from gyrectl.store.jsonl import JsonlAppender
+
+IDLE = "idle"
+POLL_S = 0.5
+
+
+def node_table(nodes: list[Node]) -> list[dict[str, object]]:
+    """The rows of ``nodes.json``; roles stay ``idle`` until the coordinator assigns them."""
+    return [{**asdict(node), "role": IDLE} for node in nodes]
+
+
+def build_cluster(run: RunDir) -> Cluster:
+    config = load_config(run.config_file)
+    if config.cluster.backend == "slurm":
+        from gyrectl.cluster.slurm import SlurmCluster
+        return SlurmCluster()
+    from gyrectl.cluster.local import LocalCluster
+    return LocalCluster(config)
+
+
+def run_head(run_path: str) -> str:
+    """Entry point of the head; returns how the run ended (also the submitit result)."""
+    run = RunDir(Path(run_path))
+    stop = threading.Event()
+    ended_by: list[str] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        ended_by.append(signal.Signals(signum).name)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2):  # scancel, Ctrl-C, time limit warning
+        signal.signal(sig, on_signal)
+
+    with JsonlAppender(run.journal_file) as journal:
+        journal.append({"event": "head_started", "at": time.time(), "host": socket.gethostname(),
+                        "pid": os.getpid(), "slurm_job_id": os.environ.get("SLURM_JOB_ID")})
+        cluster = build_cluster(run)
+        nodes = list(cluster.discover())
+        run.write_json(run.nodes_file, node_table(nodes))
+        journal.append({"event": "nodes_discovered", "at": time.time(), "nodes": [n.name for n in nodes]})
+        while not stop.is_set() and not run.stop_file.exists():
+            stop.wait(POLL_S)
+        reason = {"SIGTERM": "cancelled", "SIGINT": "interrupted", "SIGUSR2": "time_limit"}.get(
+            ended_by[0] if ended_by else "", "stopped")
+        journal.append({"event": "head_ended", "at": time.time(), "reason": reason})
+    return reason
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m gyrectl.launch.head RUN_DIR")
+    run_head(sys.argv[1])

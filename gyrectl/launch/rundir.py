@@ -1,0 +1,134 @@
+"""The one object that owns a run's layout on the shared filesystem.
+
+    <output_root>/<run name>/          created 0700: it holds the run's secret token
+      config.yaml                      the resolved config (every default filled in)
+      token                            per-run bearer token (0600) the gateway requires
+      job.json                         backend, job id, layout, submit time
+      journal.jsonl                    append-only event log (fsync'd), the coordinator's memory
+      nodes.json                       node table written by the head: name, het group, GPUs, role
+      submit/                          sbatch script as submitted (``job.sbatch``)
+      trajectories/                    recorded model calls (capture store)
+      checkpoints/                     policy weights per step
+      logs/                            head, step and submitit logs
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gyrectl.errors import UserError
+
+
+@dataclass(frozen=True)
+class RunDir:
+    path: Path
+
+    # ---- layout -------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def config_file(self) -> Path:
+        return self.path / "config.yaml"
+
+    @property
+    def token_file(self) -> Path:
+        return self.path / "token"
+
+    @property
+    def job_file(self) -> Path:
+        return self.path / "job.json"
+
+    @property
+    def journal_file(self) -> Path:
+        return self.path / "journal.jsonl"
+
+    @property
+    def nodes_file(self) -> Path:
+        return self.path / "nodes.json"
+
+    @property
+    def submit_dir(self) -> Path:
+        return self.path / "submit"
+
+    @property
+    def sbatch_file(self) -> Path:
+        return self.submit_dir / "job.sbatch"
+
+    @property
+    def trajectories_dir(self) -> Path:
+        return self.path / "trajectories"
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.path / "logs"
+
+    @property
+    def submitit_dir(self) -> Path:
+        return self.logs_dir / "submitit"
+
+    @property
+    def stop_file(self) -> Path:
+        """Exists once ``gyrectl stop`` asked the head to end the run."""
+        return self.path / "stop-requested"
+
+    # ---- life cycle ---------------------------------------------------------------------
+    @classmethod
+    def create(cls, output_root: Path, name: str) -> RunDir:
+        """Makes a new run directory (0700) with its secret token; refuses to reuse one."""
+        output_root = Path(output_root).expanduser().resolve()
+        path = output_root / name
+        try:
+            output_root.mkdir(parents=True, exist_ok=True)
+            path.mkdir(mode=0o700)
+        except FileExistsError:
+            raise UserError(
+                f"run directory {path} already exists; pick another name "
+                f"(--set run.name=...) or inspect it with: gyrectl status {path}") from None
+        except OSError as exc:
+            raise UserError(f"cannot create run directory {path}: {exc.strerror}") from None
+        os.chmod(path, 0o700)  # mkdir's mode is masked by the umask
+        run = cls(path)
+        for sub in (run.submit_dir, run.trajectories_dir, run.checkpoints_dir, run.logs_dir):
+            sub.mkdir()
+        fd = os.open(run.token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(32) + "\n")
+        return run
+
+    @classmethod
+    def open(cls, ref: str | Path, *, output_root: Path | None = None) -> RunDir:
+        """Finds an existing run by path, or by name under ``output_root``."""
+        candidates = [Path(ref).expanduser()]
+        if output_root is not None and os.sep not in str(ref):
+            candidates.append(Path(output_root).expanduser() / str(ref))
+        for candidate in candidates:
+            if (candidate / "config.yaml").is_file():
+                return cls(candidate.resolve())
+        looked = " or ".join(str(c) for c in candidates)
+        raise UserError(f"no gyrectl run at {looked} (a run directory holds config.yaml)")
+
+    def token(self) -> str:
+        return self.token_file.read_text().strip()
+
+    def write_json(self, path: Path, data: Any) -> None:
+        """Writes ``data`` atomically (temp file + rename), so a reader never sees half a file."""
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+
+    def read_json(self, path: Path) -> Any | None:
+        try:
+            return json.loads(path.read_text())
+        except FileNotFoundError:
+            return None

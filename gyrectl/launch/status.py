@@ -1,0 +1,114 @@
+"""What a login node can see of a run: the job's state from its backend, and the node table.
+
+Job states are folded into four words scripts can rely on — ``pending``, ``running``, ``ended``,
+``unknown`` — with Slurm's own word kept beside them (``slurm_state``) and, for an ended run,
+how it ended (``reason``: the head's own record when it had the chance to write one).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from gyrectl.launch.rundir import RunDir
+from gyrectl.store.jsonl import read_records
+
+_PENDING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED", "CONFIGURING"}
+_RUNNING = {"RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING", "RESIZING"}
+
+
+@dataclass(frozen=True)
+class JobView:
+    id: str
+    backend: str
+    state: str
+    """``pending`` | ``running`` | ``ended`` | ``unknown``."""
+    slurm_state: str = ""
+    reason: str = ""
+    components: list[dict[str, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RunView:
+    run_dir: str
+    name: str
+    job: JobView
+    nodes: list[dict[str, Any]]
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_dir": self.run_dir, "name": self.name, "job": self.job.__dict__, "nodes": self.nodes,
+                "note": self.note}
+
+
+def fold_slurm_state(states: list[str]) -> str:
+    """One word for a job from its components' states (a het job is running while any part is)."""
+    words = {s.split()[0].rstrip("+") for s in states}
+    if words & _RUNNING:
+        return "running"
+    if words and words <= _PENDING:
+        return "pending"
+    return "ended" if words else "unknown"
+
+
+def head_end_reason(run: RunDir) -> str:
+    for record in read_records(run.journal_file):
+        if record.get("event") == "head_ended":
+            return str(record.get("reason", ""))
+    return ""
+
+
+def job_view(run: RunDir) -> JobView:
+    job = run.read_json(run.job_file) or {}
+    job_id, backend = str(job.get("job_id", "")), str(job.get("backend", ""))
+    if backend == "slurm":
+        return _slurm_job_view(run, job_id)
+    if backend == "local":
+        return _local_job_view(run, job_id)
+    return JobView(id=job_id, backend=backend or "unknown", state="unknown", reason="no job.json in the run directory")
+
+
+def _slurm_job_view(run: RunDir, job_id: str) -> JobView:
+    from gyrectl.cluster.slurm_cli import completed_state, show_job
+
+    components = show_job(job_id)
+    if components is None:  # Slurm forgot the job (MinJobAge passed): ask the completion log
+        final = completed_state(job_id) or ""
+        return JobView(id=job_id, backend="slurm", state="ended" if final or head_end_reason(run) else "unknown",
+                       slurm_state=final, reason=head_end_reason(run) or final.lower())
+    states = [c.state for c in components]
+    state = fold_slurm_state(states)
+    waiting_on = "" if components[0].reason == "None" else components[0].reason
+    reason = (head_end_reason(run) or components[0].state.lower()) if state == "ended" else waiting_on
+    return JobView(id=job_id, backend="slurm", state=state, slurm_state=",".join(states), reason=reason,
+                   components=[{"id": c.job_id, "state": c.state, "nodes": c.nodes} for c in components])
+
+
+def _local_job_view(run: RunDir, job_id: str) -> JobView:
+    pid = int(job_id.removeprefix("local-") or 0)
+    alive = pid > 0 and _is_head_process(pid, run)
+    reason = head_end_reason(run)
+    if alive:
+        return JobView(id=job_id, backend="local", state="running")
+    return JobView(id=job_id, backend="local", state="ended", reason=reason or "head process gone")
+
+
+def _is_head_process(pid: int, run: RunDir) -> bool:
+    """True if ``pid`` is still this run's head (not a recycled pid, not a zombie)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z" and b"gyrectl.launch.head" in argv and os.fsencode(str(run.path)) in argv
+
+
+def run_view(run: RunDir) -> RunView:
+    nodes = run.read_json(run.nodes_file)
+    note = "" if nodes else "the head has not written the node table yet (job pending or starting)"
+    if nodes and all(n.get("role") == "idle" for n in nodes):
+        note = "all nodes idle: no coordinator assigns roles yet"
+    return RunView(run_dir=str(run.path), name=run.name, job=job_view(run), nodes=nodes or [], note=note)

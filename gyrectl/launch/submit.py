@@ -1,0 +1,90 @@
+"""``gyrectl launch``: make the run directory, then hand the head to the configured backend.
+
+    slurm: one heterogeneous job through submitit (component 0 = head, component 1 = workers)
+    local: the head as a detached process on this machine, with virtual nodes
+
+The launch code takes a *layout* so the single heterogeneous job is one shape among others (the
+end-to-end issue adds a head job plus one job per cell).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from gyrectl.config import dump_config
+from gyrectl.config.schema import Config
+from gyrectl.errors import RuntimeFailure
+from gyrectl.launch.rundir import RunDir
+from gyrectl.launch.sbatch import head_parameters, render_for_config, worker_directives
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    run_dir: Path
+    job_id: str
+    backend: str
+    layout: str
+
+
+def run_path(config: Config) -> Path:
+    return Path(config.run.output_root).expanduser().resolve() / config.run.name
+
+
+def dry_run_script(config: Config) -> str:
+    """The exact script ``launch`` would submit, without creating anything."""
+    path = run_path(config)
+    return render_for_config(config, run_dir=path, folder=RunDir(path).submitit_dir, python=sys.executable)
+
+
+def launch(config: Config) -> LaunchResult:
+    run = RunDir.create(Path(config.run.output_root), config.run.name)
+    run.config_file.write_text(dump_config(config))
+    submit = _submit_slurm if config.cluster.backend == "slurm" else _submit_local
+    job_id = submit(config, run)
+    result = LaunchResult(run_dir=run.path, job_id=job_id, backend=config.cluster.backend,
+                          layout=config.cluster.layout)
+    run.write_json(run.job_file, {"job_id": job_id, "backend": result.backend, "layout": result.layout,
+                                  "submitted_at": time.time()})
+    return result
+
+
+def _submit_slurm(config: Config, run: RunDir) -> str:
+    import submitit
+
+    from gyrectl.launch.head import run_head
+    from gyrectl.launch.hetjob import HetJobExecutor
+
+    try:
+        executor = HetJobExecutor(run.submitit_dir, worker_directives=worker_directives(config),
+                                  extra_head_directives=config.cluster.extra_sbatch)
+    except RuntimeError as exc:  # submitit's "Could not detect srun"
+        raise RuntimeFailure(f"cannot submit to Slurm: {exc}") from None
+    executor.update_parameters(**head_parameters(config, run_dir=run.path))
+    try:
+        job = executor.submit(run_head, str(run.path))
+    except (submitit.core.utils.FailedJobError, subprocess.CalledProcessError) as exc:
+        raise RuntimeFailure(f"sbatch refused the job: {_sbatch_message(exc)}") from None
+    submitted = run.submitit_dir / f"{job.job_id}_submission.sh"
+    run.sbatch_file.write_text(submitted.read_text() if submitted.exists() else "")
+    return str(job.job_id)
+
+
+def _sbatch_message(exc: Exception) -> str:
+    output = getattr(exc, "stderr", None) or getattr(exc, "output", None) or str(exc)
+    if isinstance(output, bytes):
+        output = output.decode(errors="replace")
+    return " ".join(str(output).split()) or type(exc).__name__
+
+
+def _submit_local(config: Config, run: RunDir) -> str:
+    log = open(run.logs_dir / "head.log", "ab")
+    with log:
+        proc = subprocess.Popen([sys.executable, "-m", "gyrectl.launch.head", str(run.path)],
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, cwd=os.getcwd())
+    return f"local-{proc.pid}"

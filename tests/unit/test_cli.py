@@ -1,0 +1,76 @@
+"""The CLI as a user meets it: help everywhere, JSON only on stdout, exit codes, the local backend."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+COMMANDS = [[], ["launch"], ["status"], ["stop"], ["config"], ["config", "check"], ["config", "show"],
+            ["config", "docs"], ["model"], ["model", "tiny"]]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "gyrectl")
+def test_every_command_has_help_with_an_example(cli, command: list[str]) -> None:
+    result = cli(*command, "--help")
+    assert result.returncode == 0, result.stderr
+    leaf = len(command) >= 2 or command in (["launch"], ["status"], ["stop"])
+    if leaf:
+        assert "Example" in result.stdout
+
+
+def test_unknown_command_and_option_are_usage_errors(cli) -> None:
+    assert cli("lanch").returncode == 2
+    assert cli("status", "--bogus").returncode == 2
+
+
+def test_config_check_json_is_pure_data(cli) -> None:
+    result = cli("config", "check", "configs/slurm-local.yaml", "--json")
+    assert result.returncode == 0
+    data = json.loads(result.stdout)
+    assert data["valid"] and data["cells"] == 4 and data["gpus"] == 8
+
+
+def test_status_of_a_missing_run_is_a_user_error(cli, tmp_path: Path) -> None:
+    result = cli("status", "nope", "--root", str(tmp_path))
+    assert result.returncode == 2 and "no gyrectl run" in result.stderr and "Traceback" not in result.stderr
+
+
+def _wait_for(predicate, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def test_local_backend_launch_status_stop(cli, tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    result = cli("launch", "configs/local-tiny.yaml", "--json", "--set", f"run.output_root={root}")
+    assert result.returncode == 0, result.stderr
+    launched = json.loads(result.stdout)
+    run_dir = Path(launched["run_dir"])
+    assert launched["job_id"].startswith("local-") and run_dir == root / "tiny"
+    assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
+    assert (run_dir / "config.yaml").read_text().startswith("run:")
+    _wait_for(lambda: (run_dir / "nodes.json").exists())
+
+    view = json.loads(cli("status", "tiny", "--root", str(root), "--json").stdout)
+    assert view["run_dir"] == str(run_dir) and view["job"]["state"] == "running"
+    assert view["job"]["backend"] == "local" and view["job"]["id"] == launched["job_id"]
+    names = [(n["name"], n["het_group"]) for n in view["nodes"]]
+    assert names == [("local-head", 0), ("local-0", 1), ("local-1", 1)]
+    assert {n["role"] for n in view["nodes"]} == {"idle"}
+
+    again = cli("launch", "configs/local-tiny.yaml", "--set", f"run.output_root={root}")
+    assert again.returncode == 2 and "already exists" in again.stderr
+
+    assert cli("stop", str(run_dir)).returncode == 0
+    _wait_for(lambda: json.loads(cli("status", str(run_dir), "--json").stdout)["job"]["state"] == "ended")
+    ended = json.loads(cli("status", str(run_dir), "--json").stdout)["job"]
+    assert ended["reason"] == "stopped"
+    pid = int(launched["job_id"].removeprefix("local-"))
+    _wait_for(lambda: not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split(") ")[1][0] == "Z")
