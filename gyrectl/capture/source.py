@@ -1,8 +1,9 @@
 """Where recorded calls are read from: a run directory's capture store or a plain JSONL file.
 
-The layout of a run directory is known here only (until :class:`gyrectl.launch.rundir.RunDir`
-owns it): ``trajectories/calls*.seg`` are store files, ``trajectories/executions.jsonl`` holds
-one ``{"execution", "step", "reward"}`` object per execution a training step consumed.
+In a run directory (:class:`gyrectl.launch.rundir.RunDir` owns the layout) the calls are in
+``trajectories/calls*.seg`` (capture store files) or ``trajectories/calls*.jsonl`` (the gateway's
+plain JSONL sink); ``trajectories/executions.jsonl`` holds one ``{"execution", "step",
+"reward"}`` object per execution a training step consumed.
 A JSONL file of calls (``replay --export``'s format) may carry ``step`` and ``reward`` on its
 lines too.
 """
@@ -17,6 +18,7 @@ from gyrectl.capture.record import CallRecord
 from gyrectl.capture.store import read_store
 from gyrectl.capture.stored import StoredCall, full_records, stored_calls
 from gyrectl.errors import UserError
+from gyrectl.launch.rundir import RunDir
 from gyrectl.store.jsonl import read_records
 
 
@@ -36,11 +38,7 @@ class Recorded:
 
 
 def trajectories_dir(run: Path) -> Path:
-    return Path(run) / "trajectories"
-
-
-def store_files(run: Path) -> list[Path]:
-    return sorted(trajectories_dir(run).glob("calls*.seg"))
+    return RunDir(Path(run)).trajectories_dir
 
 
 def load(source: Path) -> Recorded:
@@ -53,12 +51,13 @@ def load(source: Path) -> Recorded:
 
 
 def _load_run(run: Path) -> Recorded:
-    files = store_files(run)
-    if not files:
-        raise UserError(f"{run}: no recorded calls (expected {trajectories_dir(run)}/calls*.seg)")
+    directory = trajectories_dir(run)
+    stores, jsonls = sorted(directory.glob("calls*.seg")), sorted(directory.glob("calls*.jsonl"))
+    if not stores and not jsonls:
+        raise UserError(f"{run}: no recorded calls (expected {directory}/calls*.seg or calls*.jsonl)")
     parts: dict[str, list[list[StoredCall]]] = {}
-    for path in files:
-        for execution, calls in read_store(path).items():
+    for per_file in [read_store(p) for p in stores] + [_load_jsonl(p).calls for p in jsonls]:
+        for execution, calls in per_file.items():
             parts.setdefault(execution, []).append(calls)
     calls = {e: p[0] if len(p) == 1 else _reindex(p) for e, p in parts.items()}
     info = {}

@@ -119,6 +119,10 @@ class CaptureWriter:
             os.fsync(self._fd)
         return call
 
+    def record(self, call: CallRecord) -> None:
+        """The gateway's sink protocol (:class:`gyrectl.gateway.sink.CallSink`)."""
+        self.append(call)
+
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)

@@ -218,16 +218,27 @@ def _sampled_tokens(calls: Sequence[StoredCall], resolve: _Resolver,
     logprob = np.full(num_tokens, np.nan, dtype=np.float32)
     version = np.full(num_tokens, -1, dtype=np.int64)
     for c, call in enumerate(calls):
-        weight_version = -1 if call.meta.weight_version is None else call.meta.weight_version
+        versions = completion_versions(call)
         for position, first, count in resolve.ranges(c, call.prompt_len, call.length):
             ids = slice(first, first + count)
             fresh = sampled_by[ids] < 0  # the first call that sampled a node keeps it
             sampled_by[ids] = np.where(fresh, c, sampled_by[ids])
+            in_completion = slice(position - call.prompt_len, position - call.prompt_len + count)
             if call.logprobs is not None:
-                lp = call.logprobs[position - call.prompt_len:position - call.prompt_len + count]
-                logprob[ids] = np.where(fresh, lp, logprob[ids])
-            version[ids] = np.where(fresh, weight_version, version[ids])
+                logprob[ids] = np.where(fresh, call.logprobs[in_completion], logprob[ids])
+            version[ids] = np.where(fresh, versions[in_completion], version[ids])
     return sampled_by, logprob, version
+
+
+def completion_versions(call: StoredCall) -> np.ndarray:
+    """Weight version of each completion token: a call the gateway moved between servers
+    mid-generation has one ``segments`` piece per server, each with its own version."""
+    num_completion = call.length - call.prompt_len
+    versions = np.full(num_completion, -1 if call.meta.weight_version is None else call.meta.weight_version)
+    for piece in call.meta.segments:
+        if piece.get("weight_version") is not None:
+            versions[int(piece.get("start", 0)):] = piece["weight_version"]
+    return versions
 
 
 def _label(calls: Sequence[StoredCall], c: int, resolve: _Resolver, sampled_by: np.ndarray) -> CallLabel:

@@ -13,7 +13,7 @@ import traceback
 
 import typer
 
-from gyrectl.cli import config_cmd, launch_cmd, model_cmd, simulate, status_cmd
+from gyrectl.cli import config_cmd, launch_cmd, model_cmd, replay_cmd, simulate, status_cmd
 from gyrectl.cli.render import err
 from gyrectl.errors import EXIT_RUNTIME, GyreError
 
@@ -31,6 +31,7 @@ app.command("launch")(launch_cmd.launch)
 app.command("status")(status_cmd.status)
 app.command("stop")(status_cmd.stop)
 app.command("simulate")(simulate.simulate_command)
+app.command("replay")(replay_cmd.replay)
 app.add_typer(config_cmd.app, name="config")
 app.add_typer(model_cmd.app, name="model")
 

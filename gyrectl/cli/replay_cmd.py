@@ -1,0 +1,87 @@
+"""``gyrectl replay``: the recorded trajectory trees of a run (or a JSONL file of calls) and what
+dedup makes of them.
+
+    gyrectl replay runs/demo                 # trees and per-step dedup statistics
+    gyrectl replay calls.jsonl --json        # {"totals": {...}, "executions": [...]}
+    gyrectl replay runs/demo --step 3 --export step3.jsonl
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.tree import Tree
+
+from gyrectl.capture.source import load
+from gyrectl.capture.stored import full_records
+from gyrectl.cli.options import JsonOpt
+from gyrectl.cli.render import emit_json, err, out, table
+from gyrectl.dedup.report import ExecutionReport, ReplayReport, replay_report
+from gyrectl.store.jsonl import JsonlAppender
+
+MAX_SEGMENTS_SHOWN = 200
+
+
+def replay(
+    source: Annotated[Path, typer.Argument(help="Run directory, or a JSONL file of recorded calls.",
+                                           show_default=False)],
+    step: Annotated[Optional[int], typer.Option(help="Only the executions this training step consumed.")] = None,
+    execution: Annotated[Optional[str], typer.Option(help="Only this execution.")] = None,
+    j_max: Annotated[int, typer.Option(help="Paths per execution for the paths-mode statistics.")] = 4,
+    export: Annotated[Optional[Path], typer.Option(help="Write the selected calls as JSONL (replay's input format).")] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Show trajectory trees (role, branch kind, tokens, trainable tokens, reward, weight
+    versions) and dedup statistics: naive vs unique tokens and tokens trained per mode."""
+    recorded = load(source)
+    report = replay_report(recorded, step=step, execution=execution, j_max=j_max)
+    if export is not None:
+        _export(recorded, report, export)
+        err.print(f"wrote {sum(e.counts.calls for e in report.executions)} calls to {export}")
+    if json_:
+        emit_json(report.to_json())
+        return
+    for e in report.executions:
+        out.print(_tree_view(e))
+    out.print(_stats_table(report))
+
+
+def _export(recorded, report: ReplayReport, path: Path) -> None:
+    with JsonlAppender(path, fsync=False) as appender:
+        for e in report.executions:
+            extra = {k: v for k, v in (("step", e.info.step), ("reward", e.info.reward)) if v is not None}
+            for record in full_records(recorded.calls[e.execution]):
+                appender.append({**record.to_json(), **extra})
+
+
+def _tree_view(e: ExecutionReport) -> Tree:
+    tree, c = e.tree, e.counts
+    reward = "" if e.info.reward is None else f" · reward {e.info.reward:g}"
+    step = "" if e.info.step is None else f" · step {e.info.step}"
+    root = Tree(f"[bold]{e.execution}[/]{step}{reward} · {c.calls} calls · {c.naive_tokens} naive → "
+                f"{c.unique_tokens} unique tokens ({c.dedup_ratio:.1f}x) · {c.paths} paths")
+    nodes: dict[int, Tree] = {}
+    trainable = tree.segment_sums(tree.trainable.astype(int))
+    for s in range(min(len(tree.seg_start), MAX_SEGMENTS_SHOWN)):
+        call = int(tree.seg_call[s])
+        label, meta = tree.labels[call], tree.calls[call].meta
+        versions = sorted({int(v) for v in tree.weight_version[tree.seg_start[s]:tree.seg_end[s]] if v >= 0})
+        text = (f"{meta.role} · {label.kind}{' (re-rendered)' if label.rerendered else ''} · "
+                f"{tree.seg_end[s] - tree.seg_start[s]} tok, {int(trainable[s])} trainable"
+                + (f" · v{','.join(map(str, versions))}" if versions else ""))
+        parent = nodes.get(int(tree.seg_parent[s]), root)
+        nodes[s] = parent.add(text)
+    if len(tree.seg_start) > MAX_SEGMENTS_SHOWN:
+        root.add(f"... {len(tree.seg_start) - MAX_SEGMENTS_SHOWN} more segments (use --json for counts)")
+    return root
+
+
+def _stats_table(report: ReplayReport):
+    columns = ["step", "executions", "calls", "naive tokens", "unique tokens", "ratio",
+               "trained (exact)", "computed (paths)", "trained (paths)"]
+    rows = [[("-" if step is None else step), c.executions, c.calls, c.naive_tokens, c.unique_tokens,
+             f"{c.dedup_ratio:.2f}x", c.trained_tokens_exact, c.computed_tokens_paths, c.trained_tokens_paths]
+            for step, c in [*report.by_step().items(), ("all", report.totals)]]
+    return table("dedup per step", columns, rows)
