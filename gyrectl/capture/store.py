@@ -109,11 +109,16 @@ class CaptureWriter:
                 index.add(chain.tokens(i))
 
     def append(self, record: CallRecord) -> StoredCall:
-        index = self._indexes.setdefault(record.execution, PrefixIndex())
-        edit = index.add(np.array(record.prompt_token_ids + record.completion_token_ids, dtype=np.int32))
-        call = StoredCall(edit=edit, prompt_len=len(record.prompt_token_ids),
-                          logprobs=None if record.logprobs is None else np.array(record.logprobs, np.float32),
-                          meta=metadata_only(record))
+        return self.append_tokens(
+            metadata_only(record), np.array(record.prompt_token_ids + record.completion_token_ids, dtype=np.int32),
+            prompt_len=len(record.prompt_token_ids),
+            logprobs=None if record.logprobs is None else np.array(record.logprobs, np.float32))
+
+    def append_tokens(self, meta: CallRecord, tokens: np.ndarray, *, prompt_len: int,
+                      logprobs: np.ndarray | None) -> StoredCall:
+        """:meth:`append` for a call whose tokens are already an array (prompt + completion)."""
+        edit = self._indexes.setdefault(meta.execution, PrefixIndex()).add(tokens)
+        call = StoredCall(edit=edit, prompt_len=prompt_len, logprobs=logprobs, meta=meta)
         os.write(self._fd, encode(call))
         if self._fsync:
             os.fsync(self._fd)

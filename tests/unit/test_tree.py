@@ -115,3 +115,11 @@ def test_sub_agent_tokens_carry_their_role():
     sub = [s for s, r in enumerate(roles) if r == "subagent"]
     assert all(tree.trainable[tree.seg_start[s]:tree.seg_end[s]].any() for s in sub if s in set(tree.leaves))
     assert isinstance(records[0], CallRecord)
+
+
+def test_a_call_moved_between_servers_carries_per_piece_weight_versions():
+    record = CallRecord(execution="m", prompt_token_ids=(1, 2), completion_token_ids=(3, 4, 5, 6), weight_version=7,
+                        segments=({"server": "a", "weight_version": 7, "start": 0},
+                                  {"server": "b", "weight_version": 8, "start": 3}))
+    tree = tree_of([record])
+    assert tree.weight_version.tolist() == [-1, -1, 7, 7, 7, 8]
