@@ -14,8 +14,8 @@ from gyrectl.dedup.exact import exact_dedup
 from gyrectl.dedup.forward import packed_loss
 from gyrectl.dedup.packing import pack
 from gyrectl.dedup.paths import paths_dedup, sample_paths, union_of_paths
-from tests.unit.agent_shapes import all_patterns
-from tests.unit.naive_paths import path_nll, root_to_leaf_paths, trainable_positions
+from agent_shapes import all_patterns
+from naive_paths import path_nll, root_to_leaf_paths, trainable_positions
 
 EXECUTIONS = {f"e{i}": all_patterns(f"e{i}", seed=i) for i in range(2)}
 

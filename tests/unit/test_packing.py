@@ -13,7 +13,7 @@ from gyrectl.dedup.exact import exact_dedup
 from gyrectl.dedup.forward import target_logprobs
 from gyrectl.dedup.mask import dense_tree_mask
 from gyrectl.dedup.packing import pack, split_to_budget
-from tests.unit.agent_shapes import all_patterns
+from agent_shapes import all_patterns
 
 
 def weighted_trees():
@@ -93,3 +93,18 @@ def test_flex_block_mask_forward_matches_sdpa(tiny_model):
         finally:
             tiny_model.config._attn_implementation = "sdpa"
     torch.testing.assert_close(flex, reference, atol=2e-5, rtol=0)
+
+
+def test_block_mask_from_ranges_equals_the_token_mask():
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    from gyrectl.dedup.mask import flex_tree_mask
+
+    batch = pack(weighted_trees(), budget=10_000)[0]
+    subtree_end = torch.from_numpy(batch.subtree_end)
+    ours = flex_tree_mask(subtree_end, block=16)
+    reference = create_block_mask(lambda b, h, q, kv: (kv <= q) & (q < subtree_end[kv]), B=None, H=None,
+                                  Q_LEN=len(subtree_end), KV_LEN=len(subtree_end), device="cpu", BLOCK_SIZE=16)
+    assert torch.equal(ours.to_dense(), reference.to_dense())
+    # and the blocks it skips are really empty while it keeps fewer than all of them
+    assert int(ours.kv_num_blocks.sum() + ours.full_kv_num_blocks.sum()) < ours.kv_indices.shape[-1] ** 2
