@@ -94,6 +94,8 @@ def _load_jsonl(path: Path) -> Recorded:
                 raise UserError(f"{where}: {exc}") from None
             records.append(record)
             info[record.execution] = _line_info(obj, info.get(record.execution), where)
+    if not records:
+        raise UserError(f"{path}: no recorded calls (expected one JSON object per line)")
     return Recorded(calls=stored_calls(records), info=info)
 
 

@@ -23,7 +23,7 @@ def sample_paths(tree: TokenTree, *, j_max: int, rng: np.random.Generator,
     counts = path_trainable_counts(tree)
     leaves = tree.leaves
     leaves = leaves[counts[leaves] > 0]
-    roles = np.array([tree.calls[c].meta.role for c in tree.seg_call[leaves]], dtype=object)
+    roles = np.array(tree.role_of_segments(), dtype=object)[leaves]
     chosen: list[np.ndarray] = []
     left = j_max
     for role in role_priority:

@@ -99,6 +99,12 @@ def test_bad_input_names_file_line_and_key(tmp_path, capsys, line, key):
     assert f"calls.jsonl:2" in err and key in err and "Traceback" not in err
 
 
-def test_missing_source_is_a_usage_error(tmp_path, capsys):
+def test_missing_or_empty_source_is_a_usage_error(tmp_path, capsys):
     code, _, err = run_cli(["replay", str(tmp_path / "nope")], capsys)
     assert code == 2 and "no such run directory" in err
+    (tmp_path / "empty.jsonl").write_text("")
+    code, _, err = run_cli(["replay", str(tmp_path / "empty.jsonl")], capsys)
+    assert code == 2 and "no recorded calls" in err
+    (tmp_path / "run" / "trajectories").mkdir(parents=True)
+    code, _, err = run_cli(["replay", str(tmp_path / "run")], capsys)
+    assert code == 2 and "no recorded calls" in err
