@@ -33,8 +33,20 @@ def replay(
     export: Annotated[Optional[Path], typer.Option(help="Write the selected calls as JSONL (replay's input format).")] = None,
     json_: JsonOpt = False,
 ) -> None:
-    """Show trajectory trees (role, branch kind, tokens, trainable tokens, reward, weight
-    versions) and dedup statistics: naive vs unique tokens and tokens trained per mode."""
+    """Show trajectory trees and dedup statistics of a run or a JSONL file of calls.
+
+    Each tree shows role, branch kind, tokens, trainable tokens, reward and weight versions; the
+    statistics compare naive tokens (every call on its own) with unique tokens and the tokens
+    each dedup mode trains.
+
+    Examples:
+
+      gyrectl replay runs/tiny --step 3
+
+      gyrectl replay calls.jsonl --json | jq .totals
+
+      gyrectl replay runs/tiny --execution task7-0 --export task7.jsonl
+    """
     recorded = load(source)
     report = replay_report(recorded, step=step, execution=execution, j_max=j_max)
     if export is not None:
