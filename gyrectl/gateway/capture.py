@@ -100,3 +100,10 @@ def merge_tool_call_deltas(calls: list[dict[str, Any]], deltas: list[dict[str, A
         function = delta.get("function") or {}
         call["function"]["name"] += function.get("name") or ""
         call["function"]["arguments"] += function.get("arguments") or ""
+
+
+def usage_block(prompt_tokens: int, captures: dict[int, ChoiceCapture]) -> dict[str, int]:
+    """OpenAI ``usage`` of a reassembled reply: completion tokens counted over every choice."""
+    completion = sum(len(c.token_ids) for c in captures.values())
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion,
+            "total_tokens": prompt_tokens + completion}

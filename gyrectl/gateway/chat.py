@@ -11,7 +11,7 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from gyrectl.gateway.capture import ABORTED, ChoiceCapture, capture_for, merge_tool_call_deltas
+from gyrectl.gateway.capture import ABORTED, ChoiceCapture, capture_for, merge_tool_call_deltas, usage_block
 from gyrectl.gateway.continuation import completion_logprobs
 from gyrectl.gateway.pool import Lease
 
@@ -98,10 +98,7 @@ def continuation_chunk(header: dict[str, Any], index: int, choice: dict[str, Any
 
 def usage_chunk(header: dict[str, Any], captures: dict[int, ChoiceCapture]) -> dict[str, Any]:
     prompt = len(next(iter(captures.values())).prompt_ids or ()) if captures else 0
-    completion = sum(len(c.token_ids) for c in captures.values())
-    return {**header, "object": "chat.completion.chunk", "choices": [],
-            "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                      "total_tokens": prompt + completion}}
+    return {**header, "object": "chat.completion.chunk", "choices": [], "usage": usage_block(prompt, captures)}
 
 
 def _strip_choice(choice: dict[str, Any], asked: Asked) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gyrectl.gateway.capture import ABORTED, ChoiceCapture, capture_for
+from gyrectl.gateway.capture import ABORTED, ChoiceCapture, capture_for, usage_block
 from gyrectl.gateway.continuation import completion_logprobs
 from gyrectl.gateway.pool import Lease
 
@@ -75,10 +75,7 @@ def continuation_chunk(header: dict[str, Any], index: int, choice: dict[str, Any
 
 def usage_chunk(header: dict[str, Any], captures: dict[int, ChoiceCapture]) -> dict[str, Any]:
     prompt = sum(len(c.prompt_ids or ()) for c in captures.values())
-    completion = sum(len(c.token_ids) for c in captures.values())
-    return {**header, "object": "text_completion", "choices": [],
-            "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                      "total_tokens": prompt + completion}}
+    return {**header, "object": "text_completion", "choices": [], "usage": usage_block(prompt, captures)}
 
 
 def _strip_choice(choice: dict[str, Any], asked: Asked) -> dict[str, Any]:
