@@ -94,9 +94,17 @@ class RolloutConfig:
     """Executions one rollout server serves at once."""
     harness_command: tuple[str, ...] = ()
     """The agent program run once per execution; it gets the gateway URL and key in
-    ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` and the task in ``GYRECTL_TASK``."""
+    ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``, the served model name in ``OPENAI_MODEL`` and the
+    task (one JSON object) in ``GYRECTL_TASK``; what it prints last on stdout (a JSON object) is
+    its output, which the verifier scores. A relative path is taken from the launch directory."""
     tasks: str = ""
     """JSONL file of tasks (one object per line with at least ``id``)."""
+    verifier: str = ""
+    """The reward hook, ``FILE.py:FUNCTION``: ``FUNCTION(task: dict, output: dict) -> float``.
+    A verifier that raises is retried, then the execution counts as an infrastructure failure
+    (never trained, never a zero reward)."""
+    server_port: int = 8100
+    """Port of each rollout server on its node (the local backend adds the cell index)."""
     executions_per_task: int = 8
     """Executions of the same task per step: the group GRPO compares."""
     execution_time_limit_s: float = 3600.0
@@ -116,6 +124,8 @@ class TrainingConfig:
     """Token budget of one packed micro-batch."""
     clip_eps: float = 0.2
     """PPO-style clipping range of the importance ratio."""
+    max_importance_weight: float = 2.0
+    """Cap of the truncated importance weight that corrects tokens sampled by older weights."""
 
 
 @dataclass(frozen=True)

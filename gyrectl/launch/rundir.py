@@ -7,8 +7,14 @@
       journal.jsonl                    append-only event log (fsync'd), the coordinator's memory
       nodes.json                       node table written by the head: name, het group, GPUs, role
       submit/                          sbatch script as submitted (``job.sbatch``)
-      trajectories/                    recorded model calls (capture store)
-      checkpoints/                     policy weights per step
+      trajectories/                    recorded model calls (capture store ``calls.seg``) and
+                                       ``executions.jsonl`` (one line per finished execution: task,
+                                       reward, status; a later line ``{"execution", "step"}`` says
+                                       which training step consumed it)
+      batches/step-NNNNNN.json         what training step N consumes: its executions and rewards
+      checkpoints/vN/                  policy weights version N (HF folder; v0 = the initial model)
+      checkpoints/optimizer/           the trainer's optimizer state after the latest step
+      metrics.jsonl                    one line per finished training step
       logs/                            head, step and submitit logs
 """
 
@@ -70,6 +76,35 @@ class RunDir:
         return self.path / "checkpoints"
 
     @property
+    def calls_store(self) -> Path:
+        """The capture store the head's gateway appends every recorded call to."""
+        return self.trajectories_dir / "calls.seg"
+
+    @property
+    def executions_file(self) -> Path:
+        return self.trajectories_dir / "executions.jsonl"
+
+    @property
+    def batches_dir(self) -> Path:
+        return self.path / "batches"
+
+    def batch_file(self, step: int) -> Path:
+        """What training step ``step`` consumes (written by the coordinator when it claims it)."""
+        return self.batches_dir / f"step-{step:06d}.json"
+
+    def weights_dir(self, version: int) -> Path:
+        """Policy weights version ``version``: an HF folder the servers and the trainer load."""
+        return self.checkpoints_dir / f"v{version}"
+
+    @property
+    def optimizer_dir(self) -> Path:
+        return self.checkpoints_dir / "optimizer"
+
+    @property
+    def metrics_file(self) -> Path:
+        return self.path / "metrics.jsonl"
+
+    @property
     def logs_dir(self) -> Path:
         return self.path / "logs"
 
@@ -99,7 +134,7 @@ class RunDir:
             raise UserError(f"cannot create run directory {path}: {exc.strerror}") from None
         os.chmod(path, 0o700)  # mkdir's mode is masked by the umask
         run = cls(path)
-        for sub in (run.submit_dir, run.trajectories_dir, run.checkpoints_dir, run.logs_dir):
+        for sub in (run.submit_dir, run.trajectories_dir, run.batches_dir, run.checkpoints_dir, run.logs_dir):
             sub.mkdir()
         fd = os.open(run.token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:

@@ -145,8 +145,10 @@ def _free_port() -> int:
 
 def _start_vllm(model: Path, name: str, logs: Path) -> VllmServer:
     port = _free_port()
+    # Unpinned, one OpenMP thread each: pinned ("auto") servers sharing two cores starve their
+    # own API front-ends, which then send a whole stream in one burst at its end.
     env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1",
-           "VLLM_CPU_OMP_THREADS_BIND": "auto", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
+           "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
            "VLLM_SERVER_DEV_MODE": "1"}
     command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
                "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
