@@ -20,6 +20,15 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = No
                           capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def cli():
     return run_cli
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny random model, built once per session (about 5 s)."""
+    from gyrectl.model.tiny import build_tiny_model
+    out = tmp_path_factory.mktemp("tiny")
+    build_tiny_model(out)
+    return out

@@ -7,8 +7,10 @@ from typing import Annotated
 import typer
 
 from gyrectl.cli.options import ConfigArg, JsonOpt, SetOpt
+from gyrectl.cli.progress import wait_for_end
 from gyrectl.cli.render import emit_json, out
 from gyrectl.config import load_config
+from gyrectl.launch.rundir import RunDir
 from gyrectl.launch.submit import dry_run_script, launch as launch_run
 
 
@@ -16,6 +18,8 @@ def launch(
     config: ConfigArg,
     set_: SetOpt = [],  # noqa: B006
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the exact sbatch script; submit nothing.")] = False,
+    wait: Annotated[bool, typer.Option("--wait", help="Block until the run ends, showing its progress; "
+                                                       "exit 0 only if it completed.")] = False,
     json_: JsonOpt = False,
 ) -> None:
     """Create a run directory and start the run (Slurm job or local head process).
@@ -26,7 +30,7 @@ def launch(
 
     Examples:
 
-      gyrectl launch configs/local-tiny.yaml
+      gyrectl launch configs/local-tiny.yaml --wait
 
       gyrectl launch configs/slurm-local.yaml --set cluster.nodes=4 --json
 
@@ -44,7 +48,9 @@ def launch(
     if json_:
         emit_json({"run_dir": str(result.run_dir), "job_id": result.job_id, "backend": result.backend,
                    "layout": result.layout})
-        return
-    out.print(f"[green]launched[/] {cfg.run.name}: job {result.job_id} ({result.backend})\n"
-              f"  run directory  {result.run_dir}\n"
-              f"  watch it with  gyrectl status {result.run_dir} --watch", highlight=False)
+    else:
+        out.print(f"[green]launched[/] {cfg.run.name}: job {result.job_id} ({result.backend})\n"
+                  f"  run directory  {result.run_dir}\n"
+                  f"  watch it with  gyrectl status {result.run_dir} --watch", highlight=False)
+    if wait:
+        wait_for_end(RunDir(result.run_dir), quiet=json_)

@@ -52,15 +52,15 @@ def status(
     run_dir = RunDir.open(run, output_root=root) if run else _latest_run(root)
     if not watch:
         view = run_view(run_dir)
-        emit_json(view.to_json()) if json_ else out.print(_render(view))
+        emit_json(view.to_json()) if json_ else out.print(render(view))
         return
     if json_ or not sys.stdout.isatty():
         _watch_plain(run_dir, interval=interval, as_json=json_)
         return
-    with Live(_render(run_view(run_dir)), console=out, refresh_per_second=4, transient=False) as live:
+    with Live(render(run_view(run_dir)), console=out, refresh_per_second=4, transient=False) as live:
         while True:
             view = run_view(run_dir)
-            live.update(_render(view))
+            live.update(render(view))
             if view.job.state == "ended":
                 return
             time.sleep(interval)
@@ -73,14 +73,14 @@ def _watch_plain(run_dir: RunDir, *, interval: float, as_json: bool) -> None:
         view = run_view(run_dir)
         snapshot = view.to_json()
         if snapshot != last:
-            emit_json(snapshot) if as_json else out.print(_render(view))
+            emit_json(snapshot) if as_json else out.print(render(view))
             last = snapshot
         if view.job.state == "ended":
             return
         time.sleep(interval)
 
 
-def _render(view: RunView) -> Group:
+def render(view: RunView) -> Group:
     job = view.job
     colour = {"running": "green", "pending": "yellow", "ended": "blue"}.get(job.state, "red")
     detail = f" ({job.slurm_state})" if job.slurm_state else ""
@@ -88,6 +88,12 @@ def _render(view: RunView) -> Group:
     head = f"[bold]{view.name}[/]  job {job.id} on {job.backend}: [{colour}]{job.state}[/]{detail}{reason}\n{view.run_dir}"
     rows = [(n["name"], n["het_group"], n["gpus"], n["cpus"], n.get("address", ""), n["role"]) for n in view.nodes]
     parts: list[object] = [head, table("nodes", ["node", "het group", "GPUs", "CPUs", "address", "role"], rows)]
+    if view.steps:
+        parts.append(table(f"training steps ({len(view.steps)} of {view.total_steps})",
+                           ["step", "reward mean", "executions", "naive tokens", "trained tokens", "weights", "seconds"],
+                           [(s["step"], f"{s['reward_mean']:.3f}", s["executions"], s["naive_tokens"],
+                             s["trained_tokens"], f"v{s['weight_version']}", f"{s['duration_s']:.1f}")
+                            for s in view.steps[-10:]]))
     if view.note:
         parts.append(f"[dim]{view.note}[/]")
     return Group(*parts)

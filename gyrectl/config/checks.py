@@ -97,6 +97,18 @@ def check_config(config: Config) -> None:
         raise ConfigError("rollout.execution_time_limit_s", (
             f"{rollout.execution_time_limit_s:g} s is longer than the job's cluster.time_limit="
             f"{cluster.time_limit} ({limit_s} s): no execution could reach its limit"))
+    if rollout.verifier and not re.match(r"^[^:]+\.py:[A-Za-z_][A-Za-z0-9_]*$", rollout.verifier):
+        raise ConfigError("rollout.verifier", f"{rollout.verifier!r} is not FILE.py:FUNCTION "
+                                              "(e.g. examples/agent/verifier.py:score)")
+    if rollout.harness_command:
+        for field in ("tasks", "verifier"):
+            if not getattr(rollout, field):
+                raise ConfigError(f"rollout.{field}", "must be set when rollout.harness_command is: "
+                                                      "executions need tasks and a reward")
+    if not 1024 <= rollout.server_port <= 65535 - 2000:
+        raise ConfigError("rollout.server_port", f"{rollout.server_port} leaves no room above it: the local "
+                                                 "backend's cells take the next ports and training steps' "
+                                                 "rendezvous ports 1000-1999 above it (use 1024-63535)")
     _at_least("training.batch_executions", training.batch_executions, 1)
     if training.batch_executions % rollout.executions_per_task:
         raise ConfigError("training.batch_executions", (
@@ -109,6 +121,9 @@ def check_config(config: Config) -> None:
     _at_least("training.micro_batch_tokens", training.micro_batch_tokens, 1)
     if not 0 < training.clip_eps < 1:
         raise ConfigError("training.clip_eps", f"must be in (0, 1), got {training.clip_eps:g}")
+    if training.max_importance_weight < 1:
+        raise ConfigError("training.max_importance_weight",
+                          f"must be at least 1 (1 = no correction of stale tokens), got {training.max_importance_weight:g}")
     _at_least("dedup.j_max", dedup.j_max, 1)
     _at_least("scheduler.max_staleness", scheduler.max_staleness, 0)
 

@@ -96,7 +96,8 @@ class RolloutConfig:
     """The agent program run once per execution; it gets the gateway URL and key in
     ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``, the served model name in ``OPENAI_MODEL`` and the
     task (one JSON object) in ``GYRECTL_TASK``; what it prints last on stdout (a JSON object) is
-    its output, which the verifier scores. A relative path is taken from the launch directory."""
+    its output, which the verifier scores. ``python`` as the program means the interpreter gyrectl
+    runs under; a relative script path is taken from the launch directory."""
     tasks: str = ""
     """JSONL file of tasks (one object per line with at least ``id``)."""
     verifier: str = ""

@@ -4,7 +4,9 @@ coordinator state), so a restarted coordinator gets an equivalent actuator for f
 
 from __future__ import annotations
 
-from gyrectl.cluster.base import Cluster, StepState
+from collections.abc import Sequence
+
+from gyrectl.cluster.base import Cluster, Node, StepState
 from gyrectl.coordinator.events import (Dispatched, Event, PhaseChanged, SyncStarted, TrainEnded, TrainExtended,
                                         TrainStarted)
 from gyrectl.coordinator.ports import Clock, RolloutGateway
@@ -17,11 +19,16 @@ from gyrectl.scheduler.actions import (Action, Dispatch, ExtendTrain, MoveCell, 
 _WATCHED = (Phase.STARTING, Phase.RETURNING, Phase.DRAINING)
 
 
+def cells_of(nodes: Sequence[Node], nodes_per_cell: int) -> list[tuple[str, ...]]:
+    """Worker node names per cell, in node order."""
+    workers = [node.name for node in nodes if node.het_group == 1]
+    return [tuple(workers[i:i + nodes_per_cell]) for i in range(0, len(workers), nodes_per_cell)]
+
+
 class Actuator:
     def __init__(self, *, cluster: Cluster, gateway: RolloutGateway, clock: Clock, steps: StepFactory,
                  nodes_per_cell: int):
-        workers = [node.name for node in cluster.discover() if node.het_group == 1]
-        self.cell_nodes = [tuple(workers[i:i + nodes_per_cell]) for i in range(0, len(workers), nodes_per_cell)]
+        self.cell_nodes = cells_of(cluster.discover(), nodes_per_cell)
         self._cluster, self._gateway, self._clock, self._steps = cluster, gateway, clock, steps
 
     def act(self, action: Action, state: CoordinatorState) -> list[Event]:
@@ -68,13 +75,20 @@ class Actuator:
                     self._cluster.stop_step(cell.step_id, grace_s=0.0)
                     if self._cluster.step_status(cell.step_id).state.ended:
                         events.append(PhaseChanged(cell=cell.id, phase=Phase.TRAIN, at=now))
-            elif self._cluster.step_status(cell.step_id).state is StepState.RUNNING:
-                self._gateway.route(cell.id, routed=True)
+            elif self._server_ready(cell.id, cell.step_id):
+                self._gateway.route(cell.id, routed=True, weight_version=cell.weight_version)
                 events.append(PhaseChanged(cell=cell.id, phase=Phase.ROLLOUT, at=now, step_id=cell.step_id,
                                            weight_version=cell.weight_version))
         if state.train is not None:
             events += self._observe_training(state, now)
         return events
+
+    def _server_ready(self, cell: int, step_id: str) -> bool:
+        status = self._cluster.step_status(step_id)
+        if status.state.ended:
+            raise RuntimeFailure(f"the rollout server of cell {cell} exited while starting "
+                                 f"({status.state.value}, exit code {status.exit_code}); see its step log")
+        return status.state is StepState.RUNNING and self._gateway.ready(cell)
 
     def _observe_training(self, state: CoordinatorState, now: float) -> list[Event]:
         assert state.train is not None

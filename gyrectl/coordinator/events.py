@@ -192,6 +192,10 @@ def to_record(event: Event) -> dict[str, Any]:
     return {"event": type(event).__name__, **record}
 
 
+def is_event_record(record: dict[str, Any]) -> bool:
+    return record.get("event") in _BY_NAME
+
+
 def from_record(record: dict[str, Any]) -> Event:
     fields = dict(record)
     cls = _BY_NAME[fields.pop("event")]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import reduce
 from pathlib import Path
 
-from gyrectl.coordinator.events import Event, apply, from_record, to_record
+from gyrectl.coordinator.events import Event, apply, from_record, is_event_record, to_record
 from gyrectl.coordinator.state import CoordinatorState
 from gyrectl.store.jsonl import JsonlAppender, read_records
 
@@ -34,7 +34,9 @@ class Journal:
 
 
 def read_events(path: Path) -> list[Event]:
-    return [from_record(record) for record in read_records(path) if "event" in record]
+    """The coordinator's events in ``path`` (the head's own records there, such as
+    ``head_started``, are skipped)."""
+    return [from_record(record) for record in read_records(path) if is_event_record(record)]
 
 
 def replay(path: Path, initial: CoordinatorState) -> CoordinatorState:

@@ -13,8 +13,12 @@ class RolloutGateway(Protocol):
     def dispatch(self, *, count: int, version: int) -> None:
         """Starts ``count`` new executions (the next sequence numbers) on routed servers."""
 
-    def route(self, cell: int, *, routed: bool) -> None:
-        """Adds a cell's server to the routing, or drains it (its executions move on between calls)."""
+    def ready(self, cell: int) -> bool:
+        """Whether the cell's started server answers (its engine has loaded the weights)."""
+
+    def route(self, cell: int, *, routed: bool, weight_version: int = 0) -> None:
+        """Adds a cell's server (serving ``weight_version``) to the routing, or drains it (its
+        executions move on between calls)."""
 
     def sessions(self, cell: int) -> int:
         """Executions the cell's server still holds (0 once a drained cell may stop)."""

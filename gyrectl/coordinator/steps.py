@@ -5,41 +5,65 @@ step grows when a cell joins). The environment tells the step (and the simulated
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from gyrectl.cluster.base import StepSpec
 from gyrectl.config.schema import Config
+from gyrectl.launch.rundir import RunDir
+from gyrectl.rollout.server import rollout_server
 
 
 @dataclass(frozen=True)
 class StepFactory:
-    rollout_command: tuple[str, ...]
-    train_command: tuple[str, ...]
+    config: Config
+    """Shapes each cell's vLLM server (``gyrectl.rollout.server``)."""
+    run: RunDir
+    """Where the weights a server starts with live (``checkpoints/vN``) and its log goes."""
     gpus_per_node: int
     cpus_per_node: int
 
     def rollout(self, *, cell: int, nodes: tuple[str, ...], version: int) -> StepSpec:
-        env = {"GYRECTL_ROLE": "rollout", "GYRECTL_CELL": str(cell), "GYRECTL_WEIGHTS_VERSION": str(version)}
-        return StepSpec(name=f"rollout-cell{cell}", nodes=nodes, command=self.rollout_command, env=env,
-                        cpus_per_node=self.cpus_per_node, gpus_per_node=self.gpus_per_node)
+        server = rollout_server(self.config, cell=cell, weights_dir=self.run.weights_dir(version))
+        env = {**server.env, "GYRECTL_ROLE": "rollout", "GYRECTL_CELL": str(cell),
+               "GYRECTL_WEIGHTS_VERSION": str(version)}
+        name = f"rollout-cell{cell}"
+        return StepSpec(name=name, nodes=nodes, command=server.command, env=env, cpus_per_node=self.cpus_per_node,
+                        gpus_per_node=self.gpus_per_node, log_path=self.run.logs_dir / f"{name}.log")
 
     def train_member(self, *, cell: int, nodes: tuple[str, ...], index: int, batch: str) -> StepSpec:
         env = {"GYRECTL_ROLE": "train", "GYRECTL_CELL": str(cell), "GYRECTL_TRAIN_STEP": str(index),
                "GYRECTL_BATCH": batch}
-        return StepSpec(name=f"train-step{index}-cell{cell}", nodes=nodes, command=self.train_command, env=env,
-                        cpus_per_node=self.cpus_per_node, gpus_per_node=self.gpus_per_node)
+        name = f"train-step{index}-cell{cell}"
+        return StepSpec(name=name, nodes=nodes, command=self._torchrun(index, rendezvous_host=nodes[0]), env=env,
+                        cpus_per_node=self.cpus_per_node, gpus_per_node=self.gpus_per_node,
+                        log_path=self.run.logs_dir / f"{name}.log")
+
+    def _torchrun(self, index: int, *, rendezvous_host: str) -> tuple[str, ...]:
+        """One torchrun agent per member cell, all joining step ``index``'s rendezvous: the step
+        starts once the first member is there (a short last call for others starting at the same
+        time) and restarts its workers with a larger world when a cell joins later. The trainer
+        is idempotent per step (it starts over from ``checkpoints/v{index}``), so a restart loses
+        nothing but time."""
+        cluster = self.config.cluster
+        host = "127.0.0.1" if cluster.backend == "local" else rendezvous_host
+        return (sys.executable, "-m", "torch.distributed.run", f"--nnodes=1:{cluster.nodes}",
+                f"--nproc-per-node={max(cluster.gpus_per_node, 1)}", "--rdzv-backend=c10d",
+                f"--rdzv-endpoint={host}:{rendezvous_port(self.config, index)}",
+                f"--rdzv-id={self.run.name}-step{index}", "--rdzv-conf=last_call_timeout=1", "--max-restarts=3",
+                "-m", "gyrectl.train", "--run-dir", str(self.run.path), "--step", str(index))
 
 
-def step_factory(config: Config) -> StepFactory:
-    """Commands from the config: vLLM's server with the model's parallel layout, and the trainer
-    entrypoint run by torchrun with an elastic node range (the Slurm issue renders them from
-    ``slurm_templates/``)."""
-    model = config.model
-    engine_args = tuple(arg for key, value in config.rollout.engine_args.items()
-                        for arg in (f"--{key}", str(value)))
-    max_nodes = config.cluster.nodes
-    return StepFactory(
-        rollout_command=("vllm", "serve", model.path, "--tensor-parallel-size", str(model.tensor_parallel),
-                         "--pipeline-parallel-size", str(model.pipeline_parallel), *engine_args),
-        train_command=("torchrun", f"--nnodes=1:{max_nodes}", "--rdzv-backend=c10d", "-m", "gyrectl.train"),
-        gpus_per_node=config.cluster.gpus_per_node, cpus_per_node=config.cluster.cpus_per_node)
+def rendezvous_port(config: Config, index: int) -> int:
+    """A port per training step, above the cells' server ports: a step's rendezvous never meets
+    the previous step's store still closing on the same port."""
+    return config.rollout.server_port + 1000 + index % 1000
+
+
+def step_factory(config: Config, run: RunDir | None = None) -> StepFactory:
+    """Steps for the run in ``run`` (default: the directory the config names, which is all the
+    simulator needs; a real coordinator passes its ``RunDir``): each cell's vLLM server, and the
+    trainer entrypoint run by torchrun with an elastic node range."""
+    return StepFactory(config=config, run=run or RunDir(Path(config.run.output_root) / config.run.name),
+                       gpus_per_node=config.cluster.gpus_per_node, cpus_per_node=config.cluster.cpus_per_node)

@@ -2,9 +2,11 @@
 
     discover the allocation -> write the node table -> run the coordinator -> record how it ended
 
-Until the coordinator lands, the head holds the allocation with every node ``idle`` and ends on
-``gyrectl stop``, ``scancel`` or the time limit; each of those is written to the journal so
-``gyrectl status`` can say how the run ended.
+On the local backend, with a model and a harness configured, the head runs the RL loop
+(:mod:`gyrectl.launch.loop`) until the configured steps are trained (``completed``). Otherwise (and
+on Slurm until the end-to-end issue lands) it holds the allocation with every node ``idle``. It
+ends on completion, ``gyrectl stop``, ``scancel``, the time limit or a failure; each is written to
+the journal so ``gyrectl status`` can say how the run ended.
 
 Run by hand (local backend): ``python -m gyrectl.launch.head RUN_DIR``.
 """
@@ -22,6 +24,9 @@ from pathlib import Path
 
 from gyrectl.cluster.base import Cluster, Node
 from gyrectl.config import load_config
+from gyrectl.config.schema import Config
+from gyrectl.errors import GyreError
+from gyrectl.launch.loop import run_loop, runnable
 from gyrectl.launch.rundir import RunDir
 from gyrectl.store.jsonl import JsonlAppender
 
@@ -34,8 +39,7 @@ def node_table(nodes: list[Node]) -> list[dict[str, object]]:
     return [{**asdict(node), "role": IDLE} for node in nodes]
 
 
-def build_cluster(run: RunDir) -> Cluster:
-    config = load_config(run.config_file)
+def build_cluster(config: Config) -> Cluster:
     if config.cluster.backend == "slurm":
         from gyrectl.cluster.slurm import SlurmCluster
         return SlurmCluster()
@@ -59,15 +63,36 @@ def run_head(run_path: str) -> str:
     with JsonlAppender(run.journal_file) as journal:
         journal.append({"event": "head_started", "at": time.time(), "host": socket.gethostname(),
                         "pid": os.getpid(), "slurm_job_id": os.environ.get("SLURM_JOB_ID")})
-        cluster = build_cluster(run)
+        config = load_config(run.config_file)
+        cluster = build_cluster(config)
         nodes = list(cluster.discover())
-        run.write_json(run.nodes_file, node_table(nodes))
+        table = node_table(nodes)
+        run.write_json(run.nodes_file, table)
         journal.append({"event": "nodes_discovered", "at": time.time(), "nodes": [n.name for n in nodes]})
-        while not stop.is_set() and not run.stop_file.exists():
-            stop.wait(POLL_S)
-        reason = {"SIGTERM": "cancelled", "SIGINT": "interrupted", "SIGUSR2": "time_limit"}.get(
-            ended_by[0] if ended_by else "", "stopped")
-        journal.append({"event": "head_ended", "at": time.time(), "reason": reason})
+        error = ""
+        try:
+            if config.cluster.backend == "local" and runnable(config):
+                final = run_loop(run=run, config=config, cluster=cluster, table=table, launch_dir=Path.cwd(),
+                                 stopped=lambda: stop.is_set() or run.stop_file.exists())
+                completed = final.done
+            else:  # an allocation without a loop to run (the Slurm loop is the end-to-end issue's)
+                while not stop.is_set() and not run.stop_file.exists():
+                    stop.wait(POLL_S)
+                completed = False
+        except GyreError as exc:
+            error, completed = str(exc), False
+        finally:
+            close = getattr(cluster, "close", None)
+            if close is not None:
+                close()
+        if error:
+            reason = "failed"
+        elif completed:
+            reason = "completed"
+        else:
+            reason = {"SIGTERM": "cancelled", "SIGINT": "interrupted", "SIGUSR2": "time_limit"}.get(
+                ended_by[0] if ended_by else "", "stopped")
+        journal.append({"event": "head_ended", "at": time.time(), "reason": reason, "error": error})
     return reason
 
 

@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from gyrectl.config import load_config
+from gyrectl.errors import GyreError
 from gyrectl.launch.rundir import RunDir
 from gyrectl.store.jsonl import read_records
 
@@ -27,6 +29,8 @@ class JobView:
     slurm_state: str = ""
     reason: str = ""
     components: list[dict[str, str]] = field(default_factory=list)
+    error: str = ""
+    """What failed, when the head ended on a failure (``reason`` = ``failed``)."""
 
 
 @dataclass(frozen=True)
@@ -36,10 +40,14 @@ class RunView:
     job: JobView
     nodes: list[dict[str, Any]]
     note: str = ""
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    """One object per finished training step (the trainer's ``metrics.jsonl`` lines)."""
+    total_steps: int = 0
+    """Training steps the run is configured for."""
 
     def to_json(self) -> dict[str, Any]:
         return {"run_dir": self.run_dir, "name": self.name, "job": self.job.__dict__, "nodes": self.nodes,
-                "note": self.note}
+                "note": self.note, "steps": self.steps, "total_steps": self.total_steps}
 
 
 def fold_slurm_state(states: list[str]) -> str:
@@ -53,10 +61,16 @@ def fold_slurm_state(states: list[str]) -> str:
 
 
 def head_end_reason(run: RunDir) -> str:
+    return str(_head_ended(run).get("reason", ""))
+
+
+def _head_ended(run: RunDir) -> dict[str, Any]:
+    """The head's last ``head_ended`` record (a resumed run has one per head that ran)."""
+    ended: dict[str, Any] = {}
     for record in read_records(run.journal_file):
         if record.get("event") == "head_ended":
-            return str(record.get("reason", ""))
-    return ""
+            ended = record
+    return ended
 
 
 def job_view(run: RunDir) -> JobView:
@@ -88,10 +102,11 @@ def _slurm_job_view(run: RunDir, job_id: str) -> JobView:
 def _local_job_view(run: RunDir, job_id: str) -> JobView:
     pid = int(job_id.removeprefix("local-") or 0)
     alive = pid > 0 and _is_head_process(pid, run)
-    reason = head_end_reason(run)
     if alive:
         return JobView(id=job_id, backend="local", state="running")
-    return JobView(id=job_id, backend="local", state="ended", reason=reason or "head process gone")
+    ended = _head_ended(run)
+    return JobView(id=job_id, backend="local", state="ended", reason=ended.get("reason") or "head process gone",
+                   error=ended.get("error", ""))
 
 
 def _is_head_process(pid: int, run: RunDir) -> bool:
@@ -109,6 +124,22 @@ def _is_head_process(pid: int, run: RunDir) -> bool:
 def run_view(run: RunDir) -> RunView:
     nodes = run.read_json(run.nodes_file)
     note = "" if nodes else "the head has not written the node table yet (job pending or starting)"
+    job = job_view(run)
     if nodes and all(n.get("role") == "idle" for n in nodes):
-        note = "all nodes idle: no coordinator assigns roles yet"
-    return RunView(run_dir=str(run.path), name=run.name, job=job_view(run), nodes=nodes or [], note=note)
+        note = ("all nodes idle: the coordinator is starting" if job.backend == "local" and job.state == "running"
+                else "all nodes idle: no coordinator assigns roles on this backend yet")
+    return RunView(run_dir=str(run.path), name=run.name, job=job, nodes=nodes or [], note=note,
+                   steps=finished_steps(run), total_steps=_configured_steps(run))
+
+
+def finished_steps(run: RunDir) -> list[dict[str, Any]]:
+    """The trainer's metrics lines, one per finished step, in step order (a retried step once)."""
+    by_step = {record["step"]: record for record in read_records(run.metrics_file) if "step" in record}
+    return [by_step[step] for step in sorted(by_step)]
+
+
+def _configured_steps(run: RunDir) -> int:
+    try:
+        return load_config(run.config_file).run.steps
+    except GyreError:
+        return 0

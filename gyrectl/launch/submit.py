@@ -18,7 +18,7 @@ from pathlib import Path
 
 from gyrectl.config import dump_config
 from gyrectl.config.schema import Config
-from gyrectl.errors import RuntimeFailure
+from gyrectl.errors import RuntimeFailure, UserError
 from gyrectl.launch.rundir import RunDir
 from gyrectl.launch.sbatch import head_parameters, render_for_config, worker_directives
 
@@ -42,6 +42,8 @@ def dry_run_script(config: Config) -> str:
 
 
 def launch(config: Config) -> LaunchResult:
+    if config.cluster.backend == "local":
+        check_local_inputs(config, Path.cwd())
     run = RunDir.create(Path(config.run.output_root), config.run.name)
     run.config_file.write_text(dump_config(config))
     submit = _submit_slurm if config.cluster.backend == "slurm" else _submit_local
@@ -51,6 +53,21 @@ def launch(config: Config) -> LaunchResult:
     run.write_json(run.job_file, {"job_id": job_id, "backend": result.backend, "layout": result.layout,
                                   "submitted_at": time.time()})
     return result
+
+
+def check_local_inputs(config: Config, launch_dir: Path) -> None:
+    """What a local loop reads from the launch directory exists, before anything starts (on a
+    cluster these paths are the nodes' to read)."""
+    rollout = config.rollout
+    if not rollout.harness_command:
+        return
+    model = launch_dir / config.model.path
+    if not (model / "config.json").is_file():
+        hint = " (build the tiny one: gyrectl model tiny models/tiny)" if config.model.path == "models/tiny" else ""
+        raise UserError(f"model.path: {model} is not an HF model folder (no config.json){hint}")
+    for field, relative in (("rollout.tasks", rollout.tasks), ("rollout.verifier", rollout.verifier.split(":")[0])):
+        if not (launch_dir / relative).is_file():
+            raise UserError(f"{field}: {launch_dir / relative} does not exist")
 
 
 def _submit_slurm(config: Config, run: RunDir) -> str:

@@ -14,7 +14,10 @@ class SimulatedGateway:
     def dispatch(self, *, count: int, version: int) -> None:
         self._world.dispatch(count=count, version=version)
 
-    def route(self, cell: int, *, routed: bool) -> None:
+    def ready(self, cell: int) -> bool:
+        return True  # the simulated cluster's step start time already includes the engine's
+
+    def route(self, cell: int, *, routed: bool, weight_version: int = 0) -> None:
         self._world.route(cell, routed=routed)
 
     def sessions(self, cell: int) -> int:

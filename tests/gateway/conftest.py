@@ -49,14 +49,6 @@ class VllmServer:
 
 
 @pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from gyrectl.model.tiny import build_tiny_model
-    out = tmp_path_factory.mktemp("tiny")
-    build_tiny_model(out)
-    return out
-
-
-@pytest.fixture(scope="session")
 def vllm_servers(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[VllmServer]]:
     # Iterating on the gateway: point this at servers already running (comma-separated URLs)
     # to skip the ~40 s start-up.

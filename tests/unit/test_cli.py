@@ -49,7 +49,9 @@ def _wait_for(predicate, timeout: float = 30.0) -> None:
 
 def test_local_backend_launch_status_stop(cli, tmp_path: Path) -> None:
     root = tmp_path / "runs"
-    result = cli("launch", "configs/local-tiny.yaml", "--json", "--set", f"run.output_root={root}")
+    # Without a harness the head holds its virtual nodes idle: launch, status and stop alone.
+    idle = ("--set", "rollout.harness_command=[]")
+    result = cli("launch", "configs/local-tiny.yaml", "--json", "--set", f"run.output_root={root}", *idle)
     assert result.returncode == 0, result.stderr
     launched = json.loads(result.stdout)
     run_dir = Path(launched["run_dir"])
@@ -65,7 +67,7 @@ def test_local_backend_launch_status_stop(cli, tmp_path: Path) -> None:
     assert names == [("local-head", 0), ("local-0", 1), ("local-1", 1)]
     assert {n["role"] for n in view["nodes"]} == {"idle"}
 
-    again = cli("launch", "configs/local-tiny.yaml", "--set", f"run.output_root={root}")
+    again = cli("launch", "configs/local-tiny.yaml", "--set", f"run.output_root={root}", *idle)
     assert again.returncode == 2 and "already exists" in again.stderr
 
     assert cli("stop", str(run_dir)).returncode == 0

@@ -1,0 +1,54 @@
+"""A gateway on its own event loop in a background thread, driven from synchronous code.
+
+The coordinator's loop is synchronous (it blocks on the cluster and the clock), while the gateway
+is an asyncio server; the pool's methods must run on the gateway's loop (they arm timers on it),
+so every call from the coordinator's thread is handed to that loop and waited for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from gyrectl.gateway.app import Gateway
+from gyrectl.gateway.routing import ServerView
+from gyrectl.gateway.settings import GatewaySettings
+from gyrectl.gateway.sink import CallSink
+
+T = TypeVar("T")
+
+
+class BackgroundGateway:
+    def __init__(self, settings: GatewaySettings, *, sink: CallSink):
+        self.gateway = Gateway(settings, sink=sink)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="gateway", daemon=True)
+        self._thread.start()
+        self.run(self.gateway.start())
+
+    @property
+    def url(self) -> str:
+        return self.gateway.url
+
+    def base_url(self, execution: str) -> str:
+        return self.gateway.base_url(execution)
+
+    def run(self, coroutine: Any, timeout: float = 60) -> Any:
+        """Runs a coroutine on the gateway's loop and returns its result."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout)
+
+    def call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Runs a plain function (a pool method) on the gateway's loop."""
+        async def invoke() -> T:
+            return function(*args, **kwargs)
+        return self.run(invoke())
+
+    def servers(self) -> list[ServerView]:
+        return self.call(self.gateway.pool.views)
+
+    def close(self) -> None:
+        self.run(self.gateway.stop())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)

@@ -1,0 +1,112 @@
+"""The RL loop on a real allocation: what the head runs once it knows its nodes.
+
+    checkpoints/v0 -> the configured model
+    gateway (background thread, capture store sink) + harness runner + live rollouts
+    actuator over the Cluster (vLLM server steps, torchrun training members)
+    run_coordinator(policy) until the configured steps are trained or the run is stopped
+
+Everything the coordinator decides goes to the journal; the node table follows the cells' phases
+so ``gyrectl status`` shows each node's role.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from gyrectl.capture.store import CaptureWriter
+from gyrectl.cluster.base import Cluster
+from gyrectl.config.schema import Config
+from gyrectl.coordinator.actuator import Actuator, cells_of
+from gyrectl.coordinator.events import Event, PhaseChanged
+from gyrectl.coordinator.journal import Journal, replay
+from gyrectl.coordinator.loop import run_coordinator
+from gyrectl.coordinator.state import CoordinatorState, initial_state, limits_from_config
+from gyrectl.coordinator.steps import step_factory
+from gyrectl.gateway.background import BackgroundGateway
+from gyrectl.gateway.settings import GatewaySettings
+from gyrectl.launch.rundir import RunDir
+from gyrectl.rollout.harnesses import HarnessRunner
+from gyrectl.rollout.live import CellServer, LiveRollouts
+from gyrectl.rollout.reward import load_verifier
+from gyrectl.rollout.server import served_model_name, server_url
+from gyrectl.rollout.tasks import load_tasks
+from gyrectl.rollout.weights import HttpWeightSync
+from gyrectl.scheduler import POLICIES
+
+
+class NodeRoles:
+    """The journal as the coordinator's event sink, keeping ``nodes.json`` roles in step."""
+
+    def __init__(self, run: RunDir, journal: Journal, table: list[dict[str, object]], cell_nodes: list[tuple[str, ...]]):
+        self._run, self._journal, self._table, self._cell_nodes = run, journal, table, cell_nodes
+
+    def append(self, event: Event) -> None:
+        self._journal.append(event)
+        if isinstance(event, PhaseChanged):
+            names = set(self._cell_nodes[event.cell])
+            for row in self._table:
+                if row["name"] in names:
+                    row["role"], row["cell"], row["since"] = event.phase.value, event.cell, event.at
+            self._run.write_json(self._run.nodes_file, self._table)
+
+
+def runnable(config: Config) -> bool:
+    """Whether the config describes a loop to run (a model and a harness), not just an allocation."""
+    return bool(config.model.path and config.rollout.harness_command)
+
+
+def run_loop(*, run: RunDir, config: Config, cluster: Cluster, table: list[dict[str, object]],
+             launch_dir: Path, stopped: Callable[[], bool]) -> CoordinatorState:
+    """Runs the coordinator until the configured steps are trained or ``stopped()``; returns its
+    final state. A run directory with a journal resumes where it stopped."""
+    _link_initial_weights(run, config, launch_dir)
+    limits = limits_from_config(config)
+    state = replay(run.journal_file, initial_state(limits))
+    token, served = run.token(), served_model_name(config)
+    writer = CaptureWriter(run.calls_store)
+    gateway = BackgroundGateway(GatewaySettings(token=token, models=(served,)), sink=writer)
+    steps = step_factory(config, run=run)
+    nodes = list(cluster.discover())
+    cell_nodes = cells_of(nodes, config.cells.nodes_per_cell)
+    address = {node.name: node.address for node in nodes}
+    servers = [CellServer(name=f"cell{cell}", url=server_url(config, cell=cell, address=address[names[0]]))
+               for cell, names in enumerate(cell_nodes)]
+    harnesses = HarnessRunner(command=_harness_argv(config.rollout.harness_command, launch_dir), cwd=launch_dir,
+                              env={"OPENAI_API_KEY": token, "OPENAI_MODEL": served},
+                              time_limit_s=config.rollout.execution_time_limit_s, logs_dir=run.logs_dir / "executions")
+    rollouts = LiveRollouts(run=run, gateway=gateway, harnesses=harnesses,
+                            tasks=load_tasks(launch_dir / config.rollout.tasks),
+                            executions_per_task=config.rollout.executions_per_task,
+                            batch_executions=config.training.batch_executions,
+                            verifier=load_verifier(config.rollout.verifier, launch_dir), servers=servers,
+                            weight_sync=HttpWeightSync(), first_seq=state.dispatched)
+    actuator = Actuator(cluster=cluster, gateway=rollouts, clock=rollouts, steps=steps,
+                        nodes_per_cell=config.cells.nodes_per_cell)
+    try:
+        with Journal(run.journal_file) as journal:
+            return run_coordinator(state=state, decide=POLICIES[config.scheduler.policy], actuator=actuator,
+                                   journal=NodeRoles(run, journal, table, cell_nodes),
+                                   now=rollouts.now, stop=lambda s: s.done or stopped())
+    finally:
+        rollouts.close()
+        gateway.close()
+        writer.close()
+
+
+def _link_initial_weights(run: RunDir, config: Config, launch_dir: Path) -> None:
+    v0 = run.weights_dir(0)
+    if not v0.exists():
+        os.symlink((launch_dir / config.model.path).resolve(), v0)
+
+
+def _harness_argv(command: tuple[str, ...], launch_dir: Path) -> list[str]:
+    """The harness command as run: ``python`` is the interpreter gyrectl runs under (a login
+    node's ``python`` may be another one, without the harness's packages), and a relative script
+    path is taken from the launch directory."""
+    program, *args = command
+    if program in ("python", "python3"):
+        program = sys.executable
+    return [program] + [str(launch_dir / a) if a.endswith(".py") and not os.path.isabs(a) else a for a in args]

@@ -1,0 +1,119 @@
+"""Agent harness executions as child processes of the head: one process per execution, its
+stdout kept in the run's logs, stopped at the execution time limit.
+
+The harness is a black box. It learns where to send its calls from ``OPENAI_BASE_URL`` /
+``OPENAI_API_KEY`` / ``OPENAI_MODEL`` (an execution-specific gateway URL, so its calls are
+attributed without changing it) and its task from ``GYRECTL_TASK``; the last line of its stdout
+that is a JSON object is its *output*, which the verifier scores. A harness still running at
+the time limit gets SIGTERM, then SIGKILL, and is scored on whatever output it printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gyrectl.rollout.tasks import Assignment
+
+
+@dataclass(frozen=True)
+class HarnessExit:
+    assignment: Assignment
+    timed_out: bool
+    exit_code: int | None
+    output: dict[str, Any] | None
+    """The last JSON object the harness printed on stdout (None if it printed none)."""
+    started_at: float
+    ended_at: float
+
+
+@dataclass
+class _Running:
+    assignment: Assignment
+    process: subprocess.Popen[bytes]
+    stdout_path: Path
+    started_at: float
+    deadline: float
+    kill_at: float | None = None
+    """Set once SIGTERM was sent at the time limit: SIGKILL follows at this time."""
+
+
+class HarnessRunner:
+    def __init__(self, *, command: Sequence[str], cwd: Path, env: Mapping[str, str], time_limit_s: float,
+                 logs_dir: Path, kill_grace_s: float = 5.0):
+        self._command, self._cwd, self._env = list(command), cwd, dict(env)
+        self._time_limit_s, self._kill_grace_s = time_limit_s, kill_grace_s
+        self._logs_dir = logs_dir
+        self._logs_dir.mkdir(parents=True, exist_ok=True)
+        self._running: dict[str, _Running] = {}
+
+    @property
+    def num_running(self) -> int:
+        return len(self._running)
+
+    def start(self, assignment: Assignment, *, base_url: str) -> None:
+        env = {**os.environ, **self._env, "OPENAI_BASE_URL": base_url, "GYRECTL_TASK": json.dumps(assignment.task),
+               "GYRECTL_EXECUTION": assignment.execution}
+        stdout_path = self._logs_dir / f"{assignment.execution}.out"
+        with open(stdout_path, "wb") as stdout, open(self._logs_dir / f"{assignment.execution}.err", "wb") as stderr:
+            process = subprocess.Popen(self._command, cwd=self._cwd, env=env, stdout=stdout, stderr=stderr,
+                                       stdin=subprocess.DEVNULL, start_new_session=True)
+        now = time.time()
+        self._running[assignment.execution] = _Running(assignment, process, stdout_path, now,
+                                                       deadline=now + self._time_limit_s)
+
+    def reap(self) -> list[HarnessExit]:
+        """Executions that ended since the last call; sends the time limit's signals on the way."""
+        now, ended = time.time(), []
+        for execution, run in list(self._running.items()):
+            code = run.process.poll()
+            if code is None:
+                self._enforce_limit(run, now)
+                continue
+            del self._running[execution]
+            ended.append(HarnessExit(run.assignment, timed_out=run.kill_at is not None, exit_code=code,
+                                     output=last_json_object(run.stdout_path), started_at=run.started_at,
+                                     ended_at=now))
+        return ended
+
+    def stop_all(self) -> None:
+        for run in self._running.values():
+            _signal(run.process, signal.SIGKILL)
+            run.process.wait()
+        self._running.clear()
+
+    def _enforce_limit(self, run: _Running, now: float) -> None:
+        if run.kill_at is None and now >= run.deadline:
+            _signal(run.process, signal.SIGTERM)
+            run.kill_at = now + self._kill_grace_s
+        elif run.kill_at is not None and now >= run.kill_at:
+            _signal(run.process, signal.SIGKILL)
+
+
+def last_json_object(path: Path) -> dict[str, Any] | None:
+    try:
+        lines = path.read_bytes().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return None
+
+
+def _signal(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    try:
+        os.killpg(process.pid, sig)  # the harness's own children (tools, sub-processes) too
+    except ProcessLookupError:
+        pass

@@ -1,0 +1,163 @@
+"""The coordinator's ``RolloutGateway`` and ``Clock`` on a real run (local processes or Slurm
+steps): executions are agent harness processes talking to the head's gateway, servers are the
+cells' vLLM steps, and time is the wall clock.
+
+::
+
+    dispatch(count) ──> harness processes (one per execution, OPENAI_BASE_URL = its gateway URL)
+    route(cell)     ──> gateway pool: add / drain the cell's server
+    sync_weights    ──> background thread: live reload of checkpoints/vN into the cell's server
+    poll()          <── harness exits (scored by the verifier, logged to executions.jsonl)
+                        and finished reloads, as Started / Finished / WeightsSynced events
+    claim(step)     ──> batches/step-N.json: the executions training step N consumes
+
+An infrastructure failure (the verifier kept raising) counts as finished for scheduling, so the
+run goes on, but it is left out of the batch file: never trained, never a zero reward.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gyrectl.coordinator.events import Event, Finished, Started, WeightsSynced
+from gyrectl.errors import RuntimeFailure
+from gyrectl.gateway.background import BackgroundGateway
+from gyrectl.launch.rundir import RunDir
+from gyrectl.rollout.harnesses import HarnessExit, HarnessRunner
+from gyrectl.rollout.http import ServerCallError, get
+from gyrectl.rollout.reward import score_execution
+from gyrectl.rollout.sync import WeightSync
+from gyrectl.rollout.tasks import assign
+from gyrectl.store.jsonl import JsonlAppender
+
+
+@dataclass(frozen=True)
+class CellServer:
+    name: str
+    """The server's name in the gateway pool (``cell3``)."""
+    url: str
+
+
+@dataclass(frozen=True)
+class _Done:
+    seq: int
+    execution: str
+    version: int
+    trainable: bool
+    record: dict[str, Any]
+
+
+class LiveRollouts:
+    def __init__(self, *, run: RunDir, gateway: BackgroundGateway, harnesses: HarnessRunner,
+                 tasks: list[dict[str, Any]], executions_per_task: int, batch_executions: int,
+                 verifier: Callable[[dict[str, Any], dict[str, Any]], float], servers: Sequence[CellServer],
+                 weight_sync: WeightSync, first_seq: int = 0, poll_s: float = 0.25):
+        self._run, self._gateway, self._harnesses = run, gateway, harnesses
+        self._tasks, self._per_task, self._batch = tasks, executions_per_task, batch_executions
+        self._verifier, self._servers, self._weight_sync = verifier, list(servers), weight_sync
+        self._next_seq, self._poll_s = first_seq, poll_s
+        self._version_of: dict[int, int] = {}
+        self._done: list[_Done] = []
+        self._log = JsonlAppender(run.executions_file)
+        self._outbox: list[Event] = []
+        self._lock = threading.Lock()  # the outbox is shared with weight-sync threads
+        self._sync_error: str | None = None
+
+    # -- RolloutGateway --------------------------------------------------------------------
+    def dispatch(self, *, count: int, version: int) -> None:
+        for seq in range(self._next_seq, self._next_seq + count):
+            assignment = assign(seq, self._tasks, executions_per_task=self._per_task)
+            self._harnesses.start(assignment, base_url=self._gateway.base_url(assignment.execution))
+            self._version_of[seq] = version
+        self._next_seq += count
+        self._emit(Started(count=count, at=time.time()))
+
+    def ready(self, cell: int) -> bool:
+        try:
+            get(self._servers[cell].url + "/health", timeout_s=1.0)
+        except ServerCallError:  # not listening yet, or still loading the weights
+            return False
+        return True
+
+    def route(self, cell: int, *, routed: bool, weight_version: int = 0) -> None:
+        server, pool = self._servers[cell], self._gateway.gateway.pool
+        if routed:
+            self._gateway.call(pool.add, server.name, server.url, weight_version=weight_version)
+        elif any(view.name == server.name for view in self._gateway.servers()):
+            self._gateway.call(pool.drain, server.name)
+
+    def sessions(self, cell: int) -> int:
+        name = self._servers[cell].name
+        return sum(view.num_inflight for view in self._gateway.servers() if view.name == name)
+
+    def sync_weights(self, cell: int, version: int) -> None:
+        threading.Thread(target=self._sync, args=(cell, version), name=f"sync-cell{cell}", daemon=True).start()
+
+    def claim(self, *, index: int, take: tuple[tuple[int, int, int], ...]) -> str:
+        chosen: list[_Done] = []
+        for block, version, count in take:
+            matching = [d for d in self._done if d.seq // self._batch == block and d.version == version]
+            chosen += matching[:count]
+        claimed = {id(d) for d in chosen}
+        self._done = [d for d in self._done if id(d) not in claimed]
+        batch_file = self._run.batch_file(index)
+        self._run.write_json(batch_file, {
+            "step": index, "weights_version": index,
+            "executions": [{key: d.record[key] for key in ("execution", "task", "reward", "weight_version")}
+                           for d in chosen if d.trainable],
+            "left_out": [d.execution for d in chosen if not d.trainable]})
+        for done in chosen:
+            self._log.append({"execution": done.execution, "step": index})
+        return str(batch_file)
+
+    def poll(self) -> list[Event]:
+        if self._sync_error is not None:
+            raise RuntimeFailure(self._sync_error)
+        for ended in self._harnesses.reap():
+            self._finish(ended)
+        with self._lock:
+            events, self._outbox = self._outbox, []
+        return events
+
+    # -- Clock -----------------------------------------------------------------------------
+    def now(self) -> float:
+        return time.time()
+
+    def wait(self) -> None:
+        time.sleep(self._poll_s)
+
+    # -- the edges ---------------------------------------------------------------------------
+    def close(self) -> None:
+        self._harnesses.stop_all()
+        self._log.close()
+
+    def _finish(self, ended: HarnessExit) -> None:
+        seq, task = ended.assignment.seq, ended.assignment.task
+        version = self._version_of.pop(seq)
+        scored = score_execution(self._verifier, task, ended.output, timed_out=ended.timed_out)
+        record = {"execution": ended.assignment.execution, "seq": seq, "task": task["id"],
+                  "reward": scored.reward, "status": "timed_out" if ended.timed_out and scored.status == "ok"
+                  else scored.status, "error": scored.error, "exit_code": ended.exit_code,
+                  "weight_version": version, "started_at": ended.started_at, "ended_at": ended.ended_at}
+        self._log.append(record)
+        self._done.append(_Done(seq, ended.assignment.execution, version, scored.status == "ok", record))
+        self._emit(Finished(seq=seq, version=version, timed_out=ended.timed_out, at=ended.ended_at))
+
+    def _sync(self, cell: int, version: int) -> None:
+        server = self._servers[cell]
+        try:
+            self._weight_sync.sync(server.url, self._run.weights_dir(version), version)
+        except Exception as exc:  # reported on the coordinator's thread by the next poll
+            self._sync_error = f"weight sync of cell {cell} to v{version} failed: {exc}"
+            return
+        if any(view.name == server.name for view in self._gateway.servers()):
+            self._gateway.call(self._gateway.gateway.pool.set_weight_version, server.name, version)
+        self._emit(WeightsSynced(cell=cell, version=version, at=time.time()))
+
+    def _emit(self, event: Event) -> None:
+        with self._lock:
+            self._outbox.append(event)

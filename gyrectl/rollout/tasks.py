@@ -1,0 +1,54 @@
+"""Which task an execution runs: dispatch order decides, so a restarted coordinator (which
+replays the dispatch count from its journal) hands the same task to the same sequence number.
+
+Execution ``seq`` belongs to group ``seq // executions_per_task``: consecutive executions run the
+same task, so a batch of completed executions holds GRPO groups rather than singletons.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gyrectl.errors import UserError
+
+
+@dataclass(frozen=True)
+class Assignment:
+    execution: str
+    """Execution id: also its gateway path (``/x/<execution>/v1``) and its capture key."""
+    seq: int
+    task: dict[str, Any]
+
+
+def execution_id(seq: int) -> str:
+    return f"e{seq:06d}"
+
+
+def load_tasks(path: Path) -> list[dict[str, Any]]:
+    """Tasks of a JSONL file (one object with at least ``id`` per line); errors name the line."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError as exc:
+        raise UserError(f"rollout.tasks: cannot read {path}: {exc.strerror}") from None
+    tasks = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            task = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{path}:{number}: not JSON ({exc.msg})") from None
+        if not isinstance(task, dict) or "id" not in task:
+            raise UserError(f"{path}:{number}: a task is a JSON object with an 'id'")
+        tasks.append(task)
+    if not tasks:
+        raise UserError(f"rollout.tasks: {path} holds no task")
+    return tasks
+
+
+def assign(seq: int, tasks: list[dict[str, Any]], *, executions_per_task: int) -> Assignment:
+    group = seq // executions_per_task
+    return Assignment(execution=execution_id(seq), seq=seq, task=tasks[group % len(tasks)])
