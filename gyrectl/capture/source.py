@@ -2,8 +2,8 @@
 
 In a run directory (:class:`gyrectl.launch.rundir.RunDir` owns the layout) the calls are in
 ``trajectories/calls*.seg`` (capture store files) or ``trajectories/calls*.jsonl`` (the gateway's
-plain JSONL sink); ``trajectories/executions.jsonl`` holds one ``{"execution", "step",
-"reward"}`` object per execution a training step consumed.
+plain JSONL sink); ``trajectories/executions.jsonl`` holds, per execution, a line with its
+``reward`` when it finished and one with its ``step`` when a training step consumed it.
 A JSONL file of calls (``replay --export``'s format) may carry ``step`` and ``reward`` on its
 lines too.
 """
@@ -60,9 +60,11 @@ def _load_run(run: Path) -> Recorded:
         for execution, calls in per_file.items():
             parts.setdefault(execution, []).append(calls)
     calls = {e: p[0] if len(p) == 1 else _reindex(p) for e, p in parts.items()}
-    info = {}
-    for obj in read_records(trajectories_dir(run) / "executions.jsonl"):
-        info[str(obj["execution"])] = ExecutionInfo(step=obj.get("step"), reward=obj.get("reward"))
+    info: dict[str, ExecutionInfo] = {}
+    for obj in read_records(RunDir(run).executions_file):
+        # An execution has a line when it finishes (its reward) and one when a step claims it.
+        known = info.get(str(obj["execution"]), ExecutionInfo())
+        info[str(obj["execution"])] = ExecutionInfo(step=obj.get("step", known.step), reward=obj.get("reward", known.reward))
     return Recorded(calls=calls, info=info)
 
 

@@ -149,6 +149,10 @@ class SchedulerConfig:
     """Cells that train under ``async`` (the rest roll out)."""
     min_rollout_cells: int = 0
     """Cells that never leave rollout under ``elastic`` (a standalone rollout pool; 0 = none)."""
+    grow_running_step: bool = False
+    """Whether a cell freed while a training step runs joins that step (``elastic``). Only
+    ``gyrectl simulate`` models it so far: on real backends a step's torchrun rendezvous is fixed
+    when it starts, and a freed cell waits in the training pool for the next step."""
 
 
 @dataclass(frozen=True)

@@ -51,12 +51,13 @@ class Actuator:
                                      weight_version=state.cells[cell].weight_version)]
             case StartTrain(index=index, cells=cells, take=take):
                 batch = self._gateway.claim(index=index, take=take)
-                step_ids = tuple(self._start_member(c, index, batch) for c in cells)
+                step_ids = tuple(self._start_member(c, index, batch, members=len(cells)) for c in cells)
                 return [TrainStarted(index=index, cells=cells, take=take, at=now, step_ids=step_ids)]
             case ExtendTrain(cell=cell):
                 assert state.train is not None
                 batch = f"batch-{state.train.index}"
-                return [TrainExtended(cell=cell, at=now, step_id=self._start_member(cell, state.train.index, batch))]
+                member = self._start_member(cell, state.train.index, batch, members=len(state.train.cells) + 1)
+                return [TrainExtended(cell=cell, at=now, step_id=member)]
             case SyncWeights(cell=cell, version=version):
                 self._gateway.sync_weights(cell, version)
                 return [SyncStarted(cell=cell, version=version, at=now)]
@@ -112,6 +113,6 @@ class Actuator:
         return PhaseChanged(cell=cell, phase=phase, at=now, step_id=self._cluster.start_step(spec),
                             weight_version=version)
 
-    def _start_member(self, cell: int, index: int, batch: str) -> str:
+    def _start_member(self, cell: int, index: int, batch: str, *, members: int) -> str:
         return self._cluster.start_step(self._steps.train_member(cell=cell, nodes=self.cell_nodes[cell],
-                                                                 index=index, batch=batch))
+                                                                 index=index, batch=batch, members=members))

@@ -112,6 +112,8 @@ class Limits:
     """Executions the run trains in all (0 = no end; the last batch may be smaller)."""
     batch_order: Literal["completion", "dispatch"] = "completion"
     """How a batch is formed; see ``simulator.batch_order`` in the config docs."""
+    grow_running_step: bool = False
+    """Cells freed during a training step join it (see ``scheduler.grow_running_step``)."""
 
 
 @dataclass(frozen=True)
@@ -186,4 +188,4 @@ def limits_from_config(config: Config) -> Limits:
                   batch_executions=config.training.batch_executions, max_staleness=config.scheduler.max_staleness,
                   min_rollout_cells=config.scheduler.min_rollout_cells,
                   async_train_cells=config.scheduler.async_train_cells, total_executions=total,
-                  batch_order=config.simulator.batch_order)
+                  batch_order=config.simulator.batch_order, grow_running_step=config.scheduler.grow_running_step)

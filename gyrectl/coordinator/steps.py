@@ -32,26 +32,29 @@ class StepFactory:
         return StepSpec(name=name, nodes=nodes, command=server.command, env=env, cpus_per_node=self.cpus_per_node,
                         gpus_per_node=self.gpus_per_node, log_path=self.run.logs_dir / f"{name}.log")
 
-    def train_member(self, *, cell: int, nodes: tuple[str, ...], index: int, batch: str) -> StepSpec:
+    def train_member(self, *, cell: int, nodes: tuple[str, ...], index: int, batch: str, members: int) -> StepSpec:
+        """Cell ``cell``'s part of training step ``index``, one of ``members`` member cells."""
         env = {"GYRECTL_ROLE": "train", "GYRECTL_CELL": str(cell), "GYRECTL_TRAIN_STEP": str(index),
                "GYRECTL_BATCH": batch}
         name = f"train-step{index}-cell{cell}"
-        return StepSpec(name=name, nodes=nodes, command=self._torchrun(index, rendezvous_host=nodes[0]), env=env,
+        return StepSpec(name=name, nodes=nodes, command=self._torchrun(index, members=members, rendezvous_host=nodes[0]),
+                        env=env,
                         cpus_per_node=self.cpus_per_node, gpus_per_node=self.gpus_per_node,
                         log_path=self.run.logs_dir / f"{name}.log")
 
-    def _torchrun(self, index: int, *, rendezvous_host: str) -> tuple[str, ...]:
-        """One torchrun agent per member cell, all joining step ``index``'s rendezvous: the step
-        starts once the first member is there (a short last call for others starting at the same
-        time) and restarts its workers with a larger world when a cell joins later. The trainer
-        is idempotent per step (it starts over from ``checkpoints/v{index}``), so a restart loses
-        nothing but time."""
+    def _torchrun(self, index: int, *, members: int, rendezvous_host: str) -> tuple[str, ...]:
+        """One torchrun agent per member cell (``nodes_per_cell`` nodes each), all joining step
+        ``index``'s rendezvous, whose size is fixed when the step starts (torchrun's re-rendezvous
+        when a node joins a running group was seen to time out). The trainer is idempotent per
+        step (it starts over from ``checkpoints/v{index}``), so a restarted member loses nothing
+        but time."""
         cluster = self.config.cluster
         host = "127.0.0.1" if cluster.backend == "local" else rendezvous_host
-        return (sys.executable, "-m", "torch.distributed.run", f"--nnodes=1:{cluster.nodes}",
+        num_nodes = members * self.config.cells.nodes_per_cell
+        return (sys.executable, "-m", "torch.distributed.run", f"--nnodes={num_nodes}",
                 f"--nproc-per-node={max(cluster.gpus_per_node, 1)}", "--rdzv-backend=c10d",
                 f"--rdzv-endpoint={host}:{rendezvous_port(self.config, index)}",
-                f"--rdzv-id={self.run.name}-step{index}", "--rdzv-conf=last_call_timeout=1", "--max-restarts=3",
+                f"--rdzv-id={self.run.name}-step{index}", "--max-restarts=1",
                 "-m", "gyrectl.train", "--run-dir", str(self.run.path), "--step", str(index))
 
 

@@ -61,6 +61,9 @@ def check_local_inputs(config: Config, launch_dir: Path) -> None:
     rollout = config.rollout
     if not rollout.harness_command:
         return
+    if config.scheduler.grow_running_step:
+        raise UserError("scheduler.grow_running_step: only `gyrectl simulate` models a training step that grows "
+                        "while it runs; a real step's rendezvous is fixed when it starts (set it to false)")
     model = launch_dir / config.model.path
     if not (model / "config.json").is_file():
         hint = " (build the tiny one: gyrectl model tiny models/tiny)" if config.model.path == "models/tiny" else ""

@@ -1,7 +1,8 @@
 """``elastic``: cells go where the work is.
 
 1. A training step starts as soon as a batch is ready, on the cells already in the training pool,
-   and grows as more cells free up.
+   and grows as more cells free up (``scheduler.grow_running_step``; otherwise freed cells wait in
+   the pool for the next step, or return to rollout when it needs them).
 2. Rollout keeps the cells its in-flight work and its staleness budget need:
    ``target = ceil((w + budget) / slots_per_cell)``, at least ``scheduler.min_rollout_cells`` (the
    standalone pool) and, while there is training to do, at most all cells but one.
@@ -37,7 +38,7 @@ def decide(state: CoordinatorState, now: float) -> list[Action]:
     if state.train is None and take is not None and pool:
         actions.append(StartTrain(index=state.version, cells=tuple(pool), take=take))
         pool = []
-    elif state.train is not None:
+    elif state.train is not None and limits.grow_running_step:
         actions += [ExtendTrain(cell=c) for c in pool]
         pool = []
     wants_training = state.train is not None or take is not None

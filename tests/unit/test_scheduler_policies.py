@@ -51,7 +51,10 @@ def test_elastic_starts_training_on_the_pool_and_extends_it():
     phases = (Phase.ROLLOUT, Phase.ROLLOUT, Phase.TRAIN, Phase.TRAIN)
     running = dataclasses.replace(serving_state(in_flight=10, finished=20, phases=phases), trained=20,
                                   train=TrainStep(index=0, cells=(3,), executions=20, started_at=0.0))
-    assert ExtendTrain(cell=2) in elastic.decide(running, 0.0)
+    growing = dataclasses.replace(running, limits=dataclasses.replace(LIMITS, grow_running_step=True))
+    assert ExtendTrain(cell=2) in elastic.decide(growing, 0.0)
+    # A step whose rendezvous is fixed at its start: the freed cell waits for the next step.
+    assert not [a for a in elastic.decide(running, 0.0) if isinstance(a, ExtendTrain)]
 
 
 def test_elastic_keeps_the_standalone_rollout_pool():

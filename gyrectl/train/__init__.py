@@ -1,0 +1,2 @@
+"""The training step: ``python -m gyrectl.train --run-dir RUN --step N`` under torchrun
+(see :mod:`gyrectl.train.__main__`)."""

@@ -1,0 +1,51 @@
+"""The training step's entry point: weights vN + ``batches/step-NNNNNN.json`` -> weights v(N+1).
+
+    torchrun --standalone --nproc_per_node=2 -m gyrectl.train --run-dir runs/my-run --step 0
+    python -m gyrectl.train --run-dir runs/my-run --step 0          # one process, no torchrun
+    GYRECTL_RUN_DIR=runs/my-run GYRECTL_TRAIN_STEP=0 torchrun ... -m gyrectl.train   # as the coordinator does
+
+The coordinator starts it (one torchrun member per training cell, one rendezvous); it never
+drives the coordinator. What it writes: ``checkpoints/v{N+1}/`` (HF folder), the optimizer state
+under ``checkpoints/optimizer/`` and one line in ``metrics.jsonl``. Running a step whose
+v(N+1) exists already does nothing and exits 0. The recipe is :func:`gyrectl.train.step.run_step`.
+
+Exit codes: 0 done, 1 runtime failure (or a bug: the traceback is printed, this is a log), 2 a
+mistake the user can fix (missing batch file or weights, bad config).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from pathlib import Path
+
+from gyrectl.errors import EXIT_RUNTIME, GyreError
+from gyrectl.launch.rundir import RunDir
+from gyrectl.train.step import run_step
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gyrectl.train", description=__doc__.splitlines()[0])
+    # The environment defaults are what the coordinator's steps carry (the sbatch script exports
+    # GYRECTL_RUN_DIR; a training member gets GYRECTL_TRAIN_STEP).
+    run_dir, step = os.environ.get("GYRECTL_RUN_DIR"), os.environ.get("GYRECTL_TRAIN_STEP")
+    parser.add_argument("--run-dir", type=Path, default=run_dir, required=run_dir is None,
+                        help="the run directory (holds config.yaml; default $GYRECTL_RUN_DIR)")
+    parser.add_argument("--step", type=int, default=step, required=step is None,
+                        help="step N: trains weights vN into v(N+1) (default $GYRECTL_TRAIN_STEP)")
+    args = parser.parse_args(argv)
+    try:
+        run_step(run=RunDir.open(args.run_dir), step=args.step)
+    except GyreError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except Exception:  # a bug; under torchrun this is a worker log, so show everything
+        traceback.print_exc()
+        return EXIT_RUNTIME
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

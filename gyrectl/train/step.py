@@ -1,0 +1,191 @@
+"""One GRPO training step: weights vN + batch N -> weights v(N+1), read top to bottom.
+
+    0. v(N+1) exists?  -> done already (a retried step is a no-op; re-append its metrics line
+                          if a crash lost it)
+    1. join the process group (torchrun's, or a group of one)
+    2. load vN (float32 master weights), shard it (FSDP2), AdamW with the state step N-1 left
+    3. build the batch: batch file -> calls -> trees -> dedup -> packed micro-batches, advantages
+    4. forward/backward over this rank's micro-batches (round-robin), GRPO loss
+    5. one AdamW step (gradients summed over ranks by FSDP2's reduce-scatter)
+    6. save the optimizer state, then v(N+1) (the rename commits the step), then the metrics line
+
+Every rank runs the same number of forward/backward passes (FSDP2's collectives must pair up):
+a rank with fewer micro-batches repeats one with its loss multiplied by zero.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from gyrectl.config import load_config
+from gyrectl.config.schema import TrainingConfig
+from gyrectl.dedup.forward import target_logprobs
+from gyrectl.dedup.packing import PackedMicroBatch
+from gyrectl.errors import UserError
+from gyrectl.launch.rundir import RunDir
+from gyrectl.store.jsonl import JsonlAppender, read_records
+from gyrectl.train import checkpoint
+from gyrectl.train.batch import StepBatch, build_step_batch, read_batch_file
+from gyrectl.train.distributed import World, barrier, close_world, init_world, shard_model, sum_over_ranks
+from gyrectl.train.grpo import LossStats, PolicyLoss, policy_loss, token_advantages
+
+
+@dataclass
+class Timer:
+    """Wall time per phase (the metrics line's ``time_s``)."""
+
+    start: float = field(default_factory=time.perf_counter)
+    phases: dict[str, float] = field(default_factory=dict)
+
+    @contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        begin = time.perf_counter()
+        yield
+        self.phases[phase] = round(time.perf_counter() - begin, 4)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    loss: float
+    stats: LossStats
+    grad_norm: float
+
+
+def run_step(*, run: RunDir, step: int) -> dict | None:
+    """Trains step ``step``; returns the metrics line (on rank 0; None elsewhere or if done)."""
+    timer = Timer()
+    if run.weights_dir(step + 1).exists():  # 0. committed already
+        _ensure_metrics_line(run=run, step=step)
+        return None
+    config = load_config(run.config_file)
+    batch_file = read_batch_file(run=run, step=step)
+    if batch_file.weights_version != step:
+        raise UserError(f"{run.batch_file(step)}: weights_version {batch_file.weights_version}, but step "
+                        f"{step} trains weights v{step} into v{step + 1}")
+    checkpoint.require_policy(run=run, version=step)  # user errors before joining the group
+    dtype = checkpoint.DTYPES[config.model.dtype]
+    keep_master = dtype != torch.float32  # see gyrectl.train.checkpoint
+    world = init_world()  # 1.
+    try:
+        with timer("load"):  # 2.
+            model = checkpoint.load_policy(run=run, version=step, device=world.device)
+            model = shard_model(model, world=world, compute_dtype=dtype)
+            # No weight decay: a policy-gradient step should move weights only where the advantages say.
+            optimizer = torch.optim.AdamW(model.parameters(), lr=config.training.lr, weight_decay=0.0)
+            loaded = checkpoint.restore_trainer_state(run=run, version=step, model=model, optimizer=optimizer,
+                                                      is_main=world.is_main, master_weights=keep_master)
+            if not loaded and step > 0 and world.is_main:
+                print(f"warning: no optimizer state for v{step} in {run.optimizer_dir}; AdamW starts fresh",
+                      file=sys.stderr)
+        with timer("batch"):  # 3.
+            batch = build_step_batch(run=run, config=config, batch=batch_file)
+        with timer("forward_backward"):  # 4.
+            result = forward_backward(model=model, batch=batch, world=world, training=config.training)
+        with timer("optimizer"):  # 5.
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        with timer("save"):  # 6.
+            # The copy inside v(N+1) is written before the save ends: its save time and duration are 0.
+            metrics = _metrics(step=step, batch=batch, result=result, world=world, loaded=loaded, timer=timer)
+            model_state = checkpoint.full_model_state(model)
+            optimizer_state = checkpoint.full_optimizer_state(model, optimizer)
+            if world.is_main:
+                checkpoint.save_trainer_state(run=run, version=step + 1, optimizer=optimizer_state,
+                                              master_weights=model_state if keep_master else None)
+                checkpoint.save_policy(run=run, version=step + 1, state=model_state, dtype=dtype,
+                                       step_record=metrics)
+                checkpoint.prune_trainer_state(run=run, keep=step + 1)
+        if world.is_main:
+            metrics["time_s"]["save"] = timer.phases["save"]
+            metrics["duration_s"] = round(time.perf_counter() - timer.start, 4)
+            _append_metrics(run=run, metrics=metrics)
+        barrier()  # no rank reports success before rank 0 committed
+        return metrics if world.is_main else None
+    finally:
+        close_world()
+
+
+def forward_backward(*, model: torch.nn.Module, batch: StepBatch, world: World,
+                     training: TrainingConfig) -> StepResult:
+    """Accumulates this rank's gradients; returns the step's loss and statistics over all ranks."""
+    mine = batch.micro_batches[world.rank::world.world_size]
+    rounds = math.ceil(len(batch.micro_batches) / world.world_size)
+    loss_sum, stats = 0.0, LossStats()
+    for k in range(rounds):
+        real = k < len(mine)
+        micro = mine[k] if real else batch.micro_batches[0]  # a zero-weight pass keeps collectives paired
+        out = micro_batch_loss(model=model, micro=micro, advantages=batch.advantages, training=training,
+                               device=world.device)
+        (out.loss if real else out.loss * 0.0).backward()
+        if real:
+            loss_sum += float(out.loss.detach())
+            stats = stats + out.stats
+    totals = sum_over_ranks([loss_sum, *stats.as_tuple()], world=world)
+    return StepResult(loss=totals[0], stats=LossStats(*totals[1:]), grad_norm=_grad_norm(model, world=world))
+
+
+def micro_batch_loss(*, model: torch.nn.Module, micro: PackedMicroBatch, advantages: dict[str, float],
+                     training: TrainingConfig, device: torch.device) -> PolicyLoss:
+    """The GRPO loss of one packed micro-batch (its share of the step's loss)."""
+    tensors = micro.tensors(device)
+    targets = torch.nonzero(tensors["loss_weight"] != 0).flatten()
+    advantage = token_advantages(execution_index=tensors["execution_index"], executions=micro.executions,
+                                 advantages=advantages)
+    return policy_loss(logprob=target_logprobs(model, tensors, targets),
+                       behaviour_logprob=tensors["behaviour_logprob"][targets], advantage=advantage[targets],
+                       loss_weight=tensors["loss_weight"][targets], clip_eps=training.clip_eps,
+                       max_importance_weight=training.max_importance_weight)
+
+
+def _grad_norm(model: torch.nn.Module, *, world: World) -> float:
+    """L2 norm of the full gradient: squares of each rank's shards, summed over ranks, in float64
+    (a float32 norm over a million entries drifts by ~1e-5 relative: too coarse to compare with
+    a reference gradient)."""
+    local = sum(float(_local(p.grad).double().square().sum()) for p in model.parameters() if p.grad is not None)
+    return math.sqrt(sum_over_ranks([local], world=world)[0])
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
+
+
+def _metrics(*, step: int, batch: StepBatch, result: StepResult, world: World, loaded: bool,
+             timer: Timer) -> dict:
+    rewards = np.array(list(batch.rewards.values()), dtype=np.float64)
+    return {
+        "step": step, "weight_version": step + 1, "loss": result.loss,
+        "reward_mean": float(rewards.mean()) if len(rewards) else 0.0,
+        "reward_std": float(rewards.std()) if len(rewards) else 0.0,
+        "kl": result.stats.kl, "clip_fraction": result.stats.clip_fraction,
+        "importance_weight_mean": result.stats.mean_importance_weight, "grad_norm": result.grad_norm,
+        "executions": batch.num_executions, "executions_skipped": batch.num_skipped,
+        "micro_batches": len(batch.micro_batches), "naive_tokens": batch.naive_tokens,
+        "unique_tokens": batch.unique_tokens, "trained_tokens": batch.trained_tokens,
+        "dedup_ratio": round(batch.dedup_ratio, 4), "duration_s": 0.0, "time_s": {**timer.phases, "save": 0.0},
+        "world_size": world.world_size, "optimizer_state": "loaded" if loaded else "fresh"}
+
+
+def _append_metrics(*, run: RunDir, metrics: dict) -> None:
+    with JsonlAppender(run.metrics_file) as out:
+        out.append(metrics)
+
+
+def _ensure_metrics_line(*, run: RunDir, step: int) -> None:
+    """A crash between the commit (rename) and the metrics line would lose the line: put it back
+    from the record inside v(N+1). Only one process (rank 0, or a plain run) writes."""
+    if int(os.environ.get("RANK", "0")) != 0:
+        return
+    if any(r.get("step") == step for r in read_records(run.metrics_file)):
+        return
+    record = checkpoint.read_step_record(run=run, version=step + 1)
+    if record is not None:
+        _append_metrics(run=run, metrics=record)

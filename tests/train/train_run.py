@@ -1,0 +1,126 @@
+"""A small real run directory for the training step, and the naive per-path GRPO reference.
+
+Executions come from ``agent_shapes.all_patterns`` (every branch kind); their behaviour logprobs
+are the tiny model's own plus noise, so importance weights sit around 1 and some hit the cap;
+one call has no logprobs at all (importance weight 1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from agent_shapes import all_patterns
+from gyrectl.capture.record import CallRecord
+from gyrectl.capture.store import CaptureWriter
+from gyrectl.config import dump_config
+from gyrectl.config.schema import Config, DedupConfig, ModelConfig, RunConfig, TrainingConfig
+from gyrectl.launch.rundir import RunDir
+from gyrectl.train.grpo import policy_loss
+from naive_paths import path_nll, root_to_leaf_paths, sequence, trainable_positions
+
+REPO = Path(__file__).resolve().parents[2]
+TRAINING = TrainingConfig(lr=1e-3, micro_batch_tokens=256, clip_eps=0.2, max_importance_weight=2.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Rollout:
+    """One execution of a batch: its task, reward and recorded calls."""
+
+    execution: str
+    task: str
+    reward: float
+    records: tuple[CallRecord, ...]
+
+
+def make_run(root: Path, *, tiny_model_dir: Path, training: TrainingConfig = TRAINING,
+             dedup: DedupConfig = DedupConfig()) -> RunDir:
+    run = RunDir.create(root, "run")
+    config = Config(run=RunConfig(name="run", output_root=str(root)), training=training, dedup=dedup,
+                    model=ModelConfig(path=str(tiny_model_dir), dtype="float32"))
+    run.config_file.write_text(dump_config(config))
+    shutil.copytree(tiny_model_dir, run.weights_dir(0))
+    return run
+
+
+def rollouts(model, *, tasks: dict[str, tuple[str, float]], seed: int, version: int = 0) -> list[Rollout]:
+    """``tasks``: execution -> (task, reward). Behaviour logprobs = ``model``'s + U(-1, 1) noise."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i, (execution, (task, reward)) in enumerate(tasks.items()):
+        records = [_with_behaviour(model, r, rng, version) for r in all_patterns(execution, seed=seed + i)]
+        if i == 1:  # a call whose logprobs were not recorded
+            records[0] = dataclasses.replace(records[0], logprobs=None)
+        out.append(Rollout(execution=execution, task=task, reward=reward, records=tuple(records)))
+    return out
+
+
+@torch.no_grad()
+def _with_behaviour(model, record: CallRecord, rng: np.random.Generator, version: int) -> CallRecord:
+    positions = list(range(len(record.prompt_token_ids), len(sequence(record))))
+    own = -path_nll(model, sequence(record), positions)
+    noisy = own.numpy() + rng.uniform(-1.0, 1.0, size=len(positions))
+    return dataclasses.replace(record, logprobs=tuple(float(x) for x in noisy),
+                               weight_version=record.weight_version + version)
+
+
+def record_calls(run: RunDir, batch: list[Rollout]) -> None:
+    with CaptureWriter(run.calls_store, fsync=False) as writer:
+        for rollout in batch:
+            for record in rollout.records:
+                writer.append(record)
+
+
+def write_batch(run: RunDir, *, step: int, batch: list[Rollout], without_calls: tuple[str, ...] = ()) -> None:
+    entries = [{"execution": r.execution, "task": r.task, "reward": r.reward, "weight_version": step}
+               for r in batch]
+    entries += [{"execution": e, "task": "lonely", "reward": 0.0, "weight_version": step} for e in without_calls]
+    run.write_json(run.batch_file(step), {"step": step, "weights_version": step, "executions": entries})
+
+
+def behaviour_logprob(path: tuple[int, ...], t: int, records: tuple[CallRecord, ...]) -> float:
+    """The logprob recorded by the first call (arrival order) that sampled ``path[t]`` after
+    ``path[:t]`` -- from the raw records, no tree code."""
+    for r in records:
+        if len(r.prompt_token_ids) <= t < len(sequence(r)) and sequence(r)[:t + 1] == path[:t + 1]:
+            return float("nan") if r.logprobs is None else r.logprobs[t - len(r.prompt_token_ids)]
+    raise AssertionError(f"position {t} was sampled by no call")
+
+
+def naive_grpo_loss(model, batch: list[Rollout], advantages: dict[str, float],
+                    training: TrainingConfig = TRAINING) -> torch.Tensor:
+    """Every root-to-leaf path its own causal forward; the GRPO loss as a mean over every
+    (path, sampled token) pair of the batch -- what exact dedup's token normalisation promises."""
+    logprob, behaviour, advantage = [], [], []
+    for rollout in batch:
+        for path in root_to_leaf_paths(list(rollout.records)):
+            positions = trainable_positions(path, list(rollout.records))
+            logprob.append(-path_nll(model, path, positions))
+            behaviour += [behaviour_logprob(path, t, rollout.records) for t in positions]
+            advantage += [advantages[rollout.execution]] * len(positions)
+    logprob = torch.cat(logprob)
+    weight = torch.full_like(logprob, 1.0 / len(logprob))
+    return policy_loss(logprob=logprob, behaviour_logprob=torch.tensor(behaviour), advantage=torch.tensor(advantage),
+                       loss_weight=weight, clip_eps=training.clip_eps,
+                       max_importance_weight=training.max_importance_weight).loss
+
+
+def torchrun_step(run: RunDir, *, step: int, nproc: int = 2, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``torchrun --standalone --nproc_per_node=NPROC -m gyrectl.train --run-dir RUN --step N``."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+               "-m", "gyrectl.train", "--run-dir", str(run.path), "--step", str(step)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def train_step(run: RunDir, *, step: int, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python -m gyrectl.train --run-dir RUN --step N``: one process, no torchrun."""
+    command = [sys.executable, "-m", "gyrectl.train", "--run-dir", str(run.path), "--step", str(step)]
+    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout)
