@@ -29,6 +29,6 @@ def cli():
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny random model, built once per session (about 5 s)."""
     from gyrectl.model.tiny import build_tiny_model
-    out = tmp_path_factory.mktemp("tiny")
+    out = tmp_path_factory.mktemp("models") / "tiny"  # served as "tiny", the folder's name
     build_tiny_model(out)
     return out

@@ -13,6 +13,7 @@ import dataclasses
 import difflib
 import functools
 import inspect
+import re
 import textwrap
 import types
 import typing
@@ -121,6 +122,9 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
     return _convert_scalar(tp, value, path)
 
 
+_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+
+
 def _convert_scalar(tp: type, value: Any, path: str) -> Any:
     if tp is bool:
         if isinstance(value, bool):
@@ -133,6 +137,8 @@ def _convert_scalar(tp: type, value: Any, path: str) -> Any:
     if tp is float:
         if isinstance(value, int | float) and not isinstance(value, bool):
             return float(value)
+        if isinstance(value, str) and _FLOAT.match(value.strip()):
+            return float(value)  # YAML 1.1 reads 1e-6 (no dot) as a string; it is plainly a number
         raise ConfigError(path, f"expected a number, got {_type_name(value)} {value!r}")
     if tp is str:
         if isinstance(value, str):

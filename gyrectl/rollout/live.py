@@ -102,6 +102,7 @@ class LiveRollouts:
         for block, version, count in take:
             matching = [d for d in self._done if d.seq // self._batch == block and d.version == version]
             chosen += matching[:count]
+        chosen.sort(key=lambda d: d.seq)
         claimed = {id(d) for d in chosen}
         self._done = [d for d in self._done if id(d) not in claimed]
         batch_file = self._run.batch_file(index)

@@ -42,6 +42,8 @@ def test_set_overrides_a_field_and_is_validated() -> None:
     with pytest.raises(ConfigError) as info:
         load_config(REPO / "configs/slurm-local.yaml", ["cluster.nodes=many"])
     assert info.value.path == "cluster.nodes"
+    # YAML 1.1 reads 1e-2 (no dot) as a string; a float field takes it as the number it is.
+    assert load_config(REPO / "configs/local-tiny.yaml", ["training.lr=1e-2"]).training.lr == 0.01
 
 
 @pytest.mark.parametrize("text,seconds", [("30", 1800), ("01:00:00", 3600), ("10:30", 630),
@@ -76,6 +78,11 @@ BAD_CONFIGS = [
     ({"cluster": {"nodes": 0}}, "cluster.nodes", "at least 1"),
     ({"cluster": {"gpus_per_node": 0}, "model": {"tensor_parallel": 2}}, "model.tensor_parallel", "CPU only"),
     ({"dedup": {"mode": "fuzzy"}}, "dedup.mode", "'exact', 'paths'"),
+    ({"rollout": {"verifier": "verifier.score"}}, "rollout.verifier", "not FILE.py:FUNCTION"),
+    ({"rollout": {"harness_command": ["python", "agent.py"], "verifier": "v.py:score"}}, "rollout.tasks",
+     "must be set when rollout.harness_command is"),
+    ({"training": {"max_importance_weight": 0.5}}, "training.max_importance_weight", "at least 1"),
+    ({"rollout": {"server_port": 80}}, "rollout.server_port", "1024-63535"),
 ]
 
 

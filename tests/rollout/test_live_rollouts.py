@@ -1,0 +1,101 @@
+"""Executions as real processes through the coordinator's rollout port, without a model: the
+harness here is a small script, so these run in seconds. Time limits, output parsing, scoring,
+infrastructure failures and what a training step claims."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gyrectl.coordinator.events import Finished, Started
+from gyrectl.gateway.background import BackgroundGateway
+from gyrectl.gateway.settings import GatewaySettings
+from gyrectl.launch.rundir import RunDir
+from gyrectl.rollout.harnesses import HarnessRunner
+from gyrectl.rollout.live import LiveRollouts
+from gyrectl.rollout.tasks import Assignment, assign
+from gyrectl.store.jsonl import read_records
+
+# Prints what its task says, then maybe sleeps past the time limit or crashes silently.
+HARNESS = """
+import json, os, sys, time
+task = json.loads(os.environ["GYRECTL_TASK"])
+if task.get("crash"):
+    sys.exit(3)
+print("log line, not JSON")
+print(json.dumps({"answer": task["answer"], "base_url": os.environ["OPENAI_BASE_URL"]}), flush=True)
+time.sleep(task.get("sleep", 0))
+"""
+
+
+@pytest.fixture
+def harness_file(tmp_path: Path) -> Path:
+    path = tmp_path / "harness.py"
+    path.write_text(HARNESS)
+    return path
+
+
+def _runner(harness_file: Path, tmp_path: Path, time_limit_s: float = 30.0) -> HarnessRunner:
+    return HarnessRunner(command=[sys.executable, str(harness_file)], cwd=tmp_path, env={},
+                         time_limit_s=time_limit_s, logs_dir=tmp_path / "logs", kill_grace_s=0.5)
+
+
+def _reap_all(runner: HarnessRunner, count: int, timeout: float = 30.0) -> list:
+    ended, deadline = [], time.monotonic() + timeout
+    while len(ended) < count:
+        assert time.monotonic() < deadline, f"only {len(ended)} of {count} executions ended"
+        ended += runner.reap()
+        time.sleep(0.05)
+    return ended
+
+
+def test_a_harness_at_the_time_limit_is_stopped_and_keeps_its_output(harness_file, tmp_path):
+    runner = _runner(harness_file, tmp_path, time_limit_s=1.0)
+    runner.start(Assignment("e000000", 0, {"id": "t", "answer": "12", "sleep": 60}), base_url="http://gw/x/e000000/v1")
+    [ended] = _reap_all(runner, 1)
+    assert ended.timed_out and ended.output["answer"] == "12" and ended.ended_at - ended.started_at < 10
+    assert ended.output["base_url"] == "http://gw/x/e000000/v1"
+
+
+def test_tasks_are_assigned_in_groups_by_dispatch_order():
+    tasks = [{"id": "a"}, {"id": "b"}]
+    assert [assign(seq, tasks, executions_per_task=2).task["id"] for seq in range(6)] == ["a", "a", "b", "b", "a", "a"]
+    assert assign(7, tasks, executions_per_task=2).execution == "e000007"
+
+
+def test_live_rollouts_finish_score_and_claim(harness_file, tmp_path):
+    run = RunDir.create(tmp_path / "runs", "r")
+    tasks = [{"id": "digits", "answer": "123"}, {"id": "letters", "answer": "abc"}, {"id": "broken", "crash": True}]
+    gateway = BackgroundGateway(GatewaySettings(token=run.token(), models=("tiny",)), sink=None)  # no calls here
+    rollouts = LiveRollouts(run=run, gateway=gateway, harnesses=_runner(harness_file, tmp_path), tasks=tasks,
+                            executions_per_task=2, batch_executions=6,
+                            verifier=lambda task, output: sum(c.isdigit() for c in output["answer"]) / 3,
+                            servers=[], weight_sync=None)  # type: ignore[arg-type]
+    try:
+        rollouts.dispatch(count=6, version=0)
+        events: list = []
+        deadline = time.monotonic() + 60
+        while sum(isinstance(e, Finished) for e in events) < 6:
+            assert time.monotonic() < deadline
+            events += rollouts.poll()
+            rollouts.wait()
+        assert [e.count for e in events if isinstance(e, Started)] == [6]
+        assert sorted(e.seq for e in events if isinstance(e, Finished)) == list(range(6))
+
+        batch = Path(rollouts.claim(index=0, take=((0, 0, 6),)))
+        claimed = json.loads(batch.read_text())
+        assert batch == run.batch_file(0) and claimed["step"] == 0
+        rewards = {e["execution"]: e["reward"] for e in claimed["executions"]}
+        assert rewards == {"e000000": 1.0, "e000001": 1.0, "e000002": 0.0, "e000003": 0.0}
+        assert claimed["left_out"] == ["e000004", "e000005"]  # crashed without output: infra failures
+        lines = list(read_records(run.executions_file))
+        statuses = {r["execution"]: r["status"] for r in lines if "status" in r}
+        assert statuses["e000004"] == "infra_failure" and statuses["e000000"] == "ok"
+        assert sorted(r["execution"] for r in lines if r.get("step") == 0) == [f"e00000{i}" for i in range(6)]
+    finally:
+        rollouts.close()
+        gateway.close()
