@@ -26,9 +26,20 @@ def cli():
 
 
 @pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny random model, built once per session (about 5 s)."""
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny random model's folder, built once per session (about 5 s)."""
     from gyrectl.model.tiny import build_tiny_model
     out = tmp_path_factory.mktemp("models") / "tiny"  # served as "tiny", the folder's name
     build_tiny_model(out)
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_model_dir):
+    """The tiny model in float32 with sdpa attention (the CPU training path), eval mode: no
+    dropout, so packed and per-path forwards are comparable."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32, attn_implementation="sdpa")
+    return model.eval()

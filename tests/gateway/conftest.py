@@ -49,14 +49,14 @@ class VllmServer:
 
 
 @pytest.fixture(scope="session")
-def vllm_servers(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[VllmServer]]:
+def vllm_servers(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[VllmServer]]:
     # Iterating on the gateway: point this at servers already running (comma-separated URLs)
     # to skip the ~40 s start-up.
     if external := os.environ.get("GYRECTL_TEST_VLLM_URLS"):
         yield [VllmServer(f"v{i}", url, None) for i, url in enumerate(external.split(","))]
         return
     logs = tmp_path_factory.mktemp("vllm-logs")
-    servers = [_start_vllm(tiny_model, f"v{i}", logs) for i in range(NUM_SERVERS)]
+    servers = [_start_vllm(tiny_model_dir, f"v{i}", logs) for i in range(NUM_SERVERS)]
     try:
         for server in servers:
             _wait_healthy(server, logs)

@@ -52,14 +52,14 @@ def _records_of(gateway, execution: str) -> list[dict]:
     return [r for r in gateway.records() if r["execution"] == execution]
 
 
-def _check_seamless(gateway, seen: dict, execution: str, tiny_model: Path, moved_from: str) -> dict:
+def _check_seamless(gateway, seen: dict, execution: str, tiny_model_dir: Path, moved_from: str) -> dict:
     assert seen["error"] is None
     assert len(seen["ids"]) == 1, "the client must see one stream, one id"
     assert seen["finish_reasons"] == ["length"]
     [record] = _records_of(gateway, execution)
     assert len(record["completion_token_ids"]) == MAX_TOKENS
     assert len(record["logprobs"]) == MAX_TOKENS
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     assert tokenizer.decode(record["completion_token_ids"]) == seen["content"]
     servers = [segment["server"] for segment in record["segments"]]
     assert servers[0] == moved_from and len(servers) == 2 and servers[1] != moved_from
@@ -68,17 +68,17 @@ def _check_seamless(gateway, seen: dict, execution: str, tiny_model: Path, moved
     return record
 
 
-def test_remove_under_a_streaming_harness(gateway, tiny_model):
+def test_remove_under_a_streaming_harness(gateway, tiny_model_dir):
     harness, execution, server = _harness_mid_stream(gateway, "drain-remove")
     gateway.admin("DELETE", f"/admin/servers/{server}")
-    _check_seamless(gateway, _finish(harness), execution, tiny_model, server)
+    _check_seamless(gateway, _finish(harness), execution, tiny_model_dir, server)
 
 
-def test_drain_past_grace_moves_the_stream(gateway, tiny_model):
+def test_drain_past_grace_moves_the_stream(gateway, tiny_model_dir):
     harness, execution, server = _harness_mid_stream(gateway, "drain-grace")
     gateway.admin("POST", f"/admin/servers/{server}/drain", {"grace_s": 0.3})
     assert [s["state"] for s in gateway.admin("GET", "/admin/servers")["servers"] if s["name"] == server] == ["draining"]
-    record = _check_seamless(gateway, _finish(harness), execution, tiny_model, server)
+    record = _check_seamless(gateway, _finish(harness), execution, tiny_model_dir, server)
     assert server not in [s["name"] for s in gateway.admin("GET", "/admin/servers")["servers"]]
     assert record["finish_reason"] == "length"
 
@@ -94,10 +94,10 @@ def test_drain_within_grace_lets_the_call_finish(gateway):
     assert server not in [s["name"] for s in gateway.admin("GET", "/admin/servers")["servers"]]
 
 
-def test_server_killed_under_a_streaming_harness(gateway, vllm_servers, tiny_model):
+def test_server_killed_under_a_streaming_harness(gateway, vllm_servers, tiny_model_dir):
     """Last in the session: it kills a real server for good (connection reset mid-stream)."""
     if any(s.process is None for s in vllm_servers):
         pytest.skip("needs servers this session started")
     harness, execution, server = _harness_mid_stream(gateway, "drain-kill")
     next(s for s in vllm_servers if s.name == server).kill()
-    _check_seamless(gateway, _finish(harness), execution, tiny_model, server)
+    _check_seamless(gateway, _finish(harness), execution, tiny_model_dir, server)

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.vllm
 HARNESS = Path(__file__).with_name("harness_agents.py")
 
 
-def test_openai_agents_sdk_runs_through_the_gateway(gateway, tiny_model):
+def test_openai_agents_sdk_runs_through_the_gateway(gateway, tiny_model_dir):
     pytest.importorskip("agents")
     done = subprocess.run([sys.executable, str(HARNESS), gateway.base_url("agents-1"), gateway.token],
                           capture_output=True, text=True, timeout=300)
@@ -24,6 +24,6 @@ def test_openai_agents_sdk_runs_through_the_gateway(gateway, tiny_model):
     assert {r["api"] for r in records} == {"chat", "responses"}
     assert all(r["execution"] == "agents-1" and r["completion_token_ids"] for r in records)
     from transformers import AutoTokenizer
-    prompt = AutoTokenizer.from_pretrained(tiny_model).decode(records[0]["prompt_token_ids"])
+    prompt = AutoTokenizer.from_pretrained(tiny_model_dir).decode(records[0]["prompt_token_ids"])
     # The sub-agent tool and the handoff reach the model as tools, rendered by the server.
     assert "translate" in prompt and "transfer_to_billing" in prompt

@@ -28,10 +28,10 @@ MARGIN = 0.05
 
 
 @pytest.fixture(scope="module")
-def finished_run(cli, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def finished_run(cli, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("runs")
     result = cli("launch", "configs/local-tiny.yaml", "--wait", "--json", "--set", f"run.output_root={root}",
-                     "--set", f"run.steps={STEPS}", "--set", f"model.path={tiny_model}", timeout=1800)
+                     "--set", f"run.steps={STEPS}", "--set", f"model.path={tiny_model_dir}", timeout=1800)
     run_dir = root / "tiny"
     head_log = (run_dir / "logs" / "head.log").read_text() if (run_dir / "logs" / "head.log").exists() else ""
     assert result.returncode == 0, f"{result.stderr}\n--- head.log ---\n{head_log[-5000:]}"

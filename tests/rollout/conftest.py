@@ -27,18 +27,18 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="session")
-def live_server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+def live_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     from transformers import AutoTokenizer
 
     root = tmp_path_factory.mktemp("runs")
     config = parse_config({
         "run": {"name": "rollout", "output_root": str(root)},
         "cluster": {"backend": "local", "nodes": 1, "gpus_per_node": 0, "cpus_per_node": 1},
-        "model": {"path": str(tiny_model), "dtype": "float32"},
+        "model": {"path": str(tiny_model_dir), "dtype": "float32"},
         "rollout": {"server_port": _free_port(), "engine_args": {"max-model-len": 1024, "enforce-eager": True}},
     })
     run = RunDir.create(root, config.run.name)
-    shutil.copytree(tiny_model, run.weights_dir(0))
+    shutil.copytree(tiny_model_dir, run.weights_dir(0))
     cluster = LocalCluster(config)
     try:
         node = next(n for n in cluster.discover() if n.het_group == 1)
@@ -51,7 +51,7 @@ def live_server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> I
             assert spec.log_path is not None
             tail = "\n".join(spec.log_path.read_text(errors="replace").splitlines()[-40:])
             pytest.fail(f"{err}\n--- last lines of {spec.log_path} ---\n{tail}")
-        prompt_ids = AutoTokenizer.from_pretrained(tiny_model)(PROMPT)["input_ids"]
-        yield LiveServer(config, run, cluster, step_id, url, tiny_model.name, prompt_ids, startup_s)
+        prompt_ids = AutoTokenizer.from_pretrained(tiny_model_dir)(PROMPT)["input_ids"]
+        yield LiveServer(config, run, cluster, step_id, url, tiny_model_dir.name, prompt_ids, startup_s)
     finally:
         cluster.close()

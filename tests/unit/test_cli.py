@@ -76,3 +76,18 @@ def test_local_backend_launch_status_stop(cli, tmp_path: Path) -> None:
     assert ended["reason"] == "stopped"
     pid = int(launched["job_id"].removeprefix("local-"))
     _wait_for(lambda: not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split(") ")[1][0] == "Z")
+
+
+def test_local_loop_refuses_missing_inputs_before_creating_the_run(cli, tmp_path: Path, tiny_model_dir: Path) -> None:
+    root = tmp_path / "runs"
+    missing_model = cli("launch", "configs/local-tiny.yaml", "--set", f"run.output_root={root}",
+                        "--set", f"model.path={tmp_path / 'nope'}")
+    assert missing_model.returncode == 2 and "model.path" in missing_model.stderr
+    missing_tasks = cli("launch", "configs/local-tiny.yaml", "--set", f"run.output_root={root}",
+                        "--set", f"model.path={tiny_model_dir}", "--set", "rollout.tasks=nope.jsonl")
+    assert missing_tasks.returncode == 2 and "rollout.tasks" in missing_tasks.stderr
+    growing = cli("launch", "configs/local-tiny.yaml", "--set", f"run.output_root={root}",
+                  "--set", "scheduler.grow_running_step=true")
+    assert growing.returncode == 2 and "grow_running_step" in growing.stderr
+    assert "Traceback" not in missing_model.stderr + missing_tasks.stderr + growing.stderr
+    assert not root.exists() or not any(root.iterdir())
