@@ -19,6 +19,7 @@ import socket
 import sys
 import threading
 import time
+import traceback
 from dataclasses import asdict
 from pathlib import Path
 
@@ -81,6 +82,9 @@ def run_head(run_path: str) -> str:
                 completed = False
         except GyreError as exc:
             error, completed = str(exc), False
+        except Exception as exc:  # a bug: still say how the run ended, with the traceback in head.log
+            traceback.print_exc()
+            error, completed = f"{type(exc).__name__}: {exc}", False
         finally:
             close = getattr(cluster, "close", None)
             if close is not None:

@@ -21,7 +21,7 @@ from gyrectl.cluster.base import Cluster
 from gyrectl.config.schema import Config
 from gyrectl.coordinator.actuator import Actuator, cells_of
 from gyrectl.coordinator.events import Event, PhaseChanged
-from gyrectl.coordinator.journal import Journal, replay
+from gyrectl.coordinator.journal import Journal
 from gyrectl.coordinator.loop import run_coordinator
 from gyrectl.coordinator.state import CoordinatorState, initial_state, limits_from_config
 from gyrectl.coordinator.steps import step_factory
@@ -61,10 +61,10 @@ def runnable(config: Config) -> bool:
 def run_loop(*, run: RunDir, config: Config, cluster: Cluster, table: list[dict[str, object]],
              launch_dir: Path, stopped: Callable[[], bool]) -> CoordinatorState:
     """Runs the coordinator until the configured steps are trained or ``stopped()``; returns its
-    final state. A run directory with a journal resumes where it stopped."""
+    final state. (Resuming a stopped run from its journal is the end-to-end issue's.)"""
+    tasks = load_tasks(launch_dir / config.rollout.tasks)
+    verifier = load_verifier(config.rollout.verifier, launch_dir)
     _link_initial_weights(run, config, launch_dir)
-    limits = limits_from_config(config)
-    state = replay(run.journal_file, initial_state(limits))
     token, served = run.token(), served_model_name(config)
     writer = CaptureWriter(run.calls_store)
     gateway = BackgroundGateway(GatewaySettings(token=token, models=(served,)), sink=writer)
@@ -78,16 +78,15 @@ def run_loop(*, run: RunDir, config: Config, cluster: Cluster, table: list[dict[
                               env={"OPENAI_API_KEY": token, "OPENAI_MODEL": served},
                               time_limit_s=config.rollout.execution_time_limit_s, logs_dir=run.logs_dir / "executions")
     rollouts = LiveRollouts(run=run, gateway=gateway, harnesses=harnesses,
-                            tasks=load_tasks(launch_dir / config.rollout.tasks),
+                            tasks=tasks,
                             executions_per_task=config.rollout.executions_per_task,
                             batch_executions=config.training.batch_executions,
-                            verifier=load_verifier(config.rollout.verifier, launch_dir), servers=servers,
-                            weight_sync=HttpWeightSync(), first_seq=state.dispatched)
+                            verifier=verifier, servers=servers, weight_sync=HttpWeightSync())
     actuator = Actuator(cluster=cluster, gateway=rollouts, clock=rollouts, steps=steps,
                         nodes_per_cell=config.cells.nodes_per_cell)
     try:
         with Journal(run.journal_file) as journal:
-            return run_coordinator(state=state, decide=POLICIES[config.scheduler.policy], actuator=actuator,
+            return run_coordinator(state=initial_state(limits_from_config(config)), decide=POLICIES[config.scheduler.policy], actuator=actuator,
                                    journal=NodeRoles(run, journal, table, cell_nodes),
                                    now=rollouts.now, stop=lambda s: s.done or stopped())
     finally:

@@ -55,11 +55,11 @@ class LiveRollouts:
     def __init__(self, *, run: RunDir, gateway: BackgroundGateway, harnesses: HarnessRunner,
                  tasks: list[dict[str, Any]], executions_per_task: int, batch_executions: int,
                  verifier: Callable[[dict[str, Any], dict[str, Any]], float], servers: Sequence[CellServer],
-                 weight_sync: WeightSync, first_seq: int = 0, poll_s: float = 0.25):
+                 weight_sync: WeightSync, poll_s: float = 0.25):
         self._run, self._gateway, self._harnesses = run, gateway, harnesses
         self._tasks, self._per_task, self._batch = tasks, executions_per_task, batch_executions
         self._verifier, self._servers, self._weight_sync = verifier, list(servers), weight_sync
-        self._next_seq, self._poll_s = first_seq, poll_s
+        self._next_seq, self._poll_s = 0, poll_s
         self._version_of: dict[int, int] = {}
         self._done: list[_Done] = []
         self._log = JsonlAppender(run.executions_file)

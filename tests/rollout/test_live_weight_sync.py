@@ -8,11 +8,13 @@ and then decodes exactly like ``transformers`` does with those weights.
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
 from gyrectl.cluster.base import StepState
+from gyrectl.config.schema import TrainingConfig
 from gyrectl.errors import RuntimeFailure
 from gyrectl.rollout.http import get, post
 from gyrectl.rollout.weights import HttpWeightSync
@@ -20,6 +22,7 @@ from gyrectl.rollout.weights import HttpWeightSync
 from rollout_cases import NEW_TOKENS, LiveServer, hf_greedy, perturbed_copy
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+TESTS = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +77,33 @@ def test_live_sync_serves_the_new_weights_without_a_restart(live_server: LiveSer
     print(f"weight sync v1 -> v0: {back_s * 1000:.0f} ms")
     assert server.greedy() == v0_tokens
     assert get(f"{server.url}/weight_info", timeout_s=5) == {"weight_version": "0"}
+
+
+def test_after_a_training_step_the_live_server_decodes_like_the_saved_weights(
+        live_server: LiveServer, tiny_model_dir: Path, tiny_model, tmp_path: Path) -> None:
+    """What the loop does after every step: the trainer writes ``checkpoints/v1`` and the live
+    server reloads it; greedy decoding then equals ``transformers`` on that very folder."""
+    sys.path[:0] = [str(TESTS / "train"), str(TESTS / "unit")]  # the training tests' run builder
+    from train_run import make_run, record_calls, rollouts, train_step, write_batch
+
+    run = make_run(tmp_path, tiny_model_dir=tiny_model_dir,
+                   training=TrainingConfig(lr=3e-2, micro_batch_tokens=256))  # a step big enough to show
+    batch = rollouts(tiny_model, tasks={"a": ("t", 1.0), "b": ("t", 0.0), "c": ("u", 0.5), "d": ("u", 0.0)}, seed=3)
+    record_calls(run, batch)
+    write_batch(run, step=0, batch=batch)
+    trained = train_step(run, step=0)
+    assert trained.returncode == 0, trained.stderr
+    saved = run.weights_dir(1)
+
+    server, sync = live_server, HttpWeightSync()
+    before = server.greedy()
+    sync.sync(server.url, saved, 1)
+    try:
+        assert server.greedy() == hf_greedy(saved, server.prompt_ids)
+        assert server.greedy() != before
+    finally:
+        sync.sync(server.url, server.run.weights_dir(0), 0)
+    assert server.greedy() == before
 
 
 def test_a_folder_that_is_no_checkpoint_never_reaches_the_server(live_server: LiveServer, tmp_path: Path) -> None:
