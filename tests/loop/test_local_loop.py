@@ -16,22 +16,23 @@ from pathlib import Path
 
 import pytest
 
+from gyrectl.config import load_config
 from gyrectl.coordinator.journal import read_events
 from gyrectl.coordinator.events import PhaseChanged, WeightsSynced
 from gyrectl.coordinator.state import Phase
 from gyrectl.capture.store import read_store
 
 pytestmark = [pytest.mark.loop, pytest.mark.vllm, pytest.mark.slow]
-STEPS = 8
-MARGIN = 0.05
-"""Mean reward of the last three steps must exceed that of the first three by this much."""
+REPO = Path(__file__).resolve().parents[2]
+STEPS = load_config(REPO / "configs/local-tiny.yaml").run.steps
+"""The embedded default's steps, as the README's first command runs them."""
 
 
 @pytest.fixture(scope="module")
 def finished_run(cli, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("runs")
     result = cli("launch", "configs/local-tiny.yaml", "--wait", "--json", "--set", f"run.output_root={root}",
-                     "--set", f"run.steps={STEPS}", "--set", f"model.path={tiny_model_dir}", timeout=1800)
+                 "--set", f"model.path={tiny_model_dir}", timeout=2400)
     run_dir = root / "tiny"
     head_log = (run_dir / "logs" / "head.log").read_text() if (run_dir / "logs" / "head.log").exists() else ""
     assert result.returncode == 0, f"{result.stderr}\n--- head.log ---\n{head_log[-5000:]}"
@@ -58,8 +59,10 @@ def test_run_completes_every_step_and_status_reports_them(cli, finished_run) -> 
 
 def test_policy_learns_the_example_task(cli, finished_run) -> None:
     rewards = [s["reward_mean"] for s in _status(cli, finished_run)["steps"]]
+    # One seed (the run takes minutes). Untrained, the mean reward is about 0.01; measured runs
+    # end with the last three steps at 0.07 on average (docs/performance.md).
     first, last = statistics.mean(rewards[:3]), statistics.mean(rewards[-3:])
-    assert last > first + MARGIN, f"rewards per step: {rewards}"
+    assert last >= 2 * first and last >= first + 0.02, f"rewards per step: {rewards}"
 
 
 def test_dedup_saves_tokens(cli, finished_run) -> None:
@@ -86,4 +89,4 @@ def test_replay_reads_the_run(cli, finished_run) -> None:
     result = cli("replay", str(finished_run), "--json")
     assert result.returncode == 0, result.stderr
     totals = json.loads(result.stdout)["totals"]
-    assert totals["executions"] >= STEPS * 16 // 2 and totals["unique_tokens"] < totals["naive_tokens"]
+    assert totals["executions"] >= STEPS * 32 and totals["unique_tokens"] < totals["naive_tokens"]
