@@ -6,14 +6,11 @@ start, talk to it over real HTTP exactly as a harness would.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
 import socket
 import subprocess
-import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -24,7 +21,10 @@ from typing import Any
 
 import pytest
 
-from gyrectl.gateway import Gateway, GatewaySettings, JsonlCallSink
+from gyrectl.config.schema import Config, ModelConfig, RolloutConfig
+from gyrectl.gateway import GatewaySettings, JsonlCallSink
+from gyrectl.gateway.background import BackgroundGateway
+from gyrectl.rollout.server import rollout_server
 from gyrectl.store.jsonl import read_records
 
 TOKEN = "test-run-token"
@@ -66,29 +66,14 @@ def vllm_servers(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory)
             server.kill()
 
 
-class GatewayThread:
-    """A started gateway on a private loop; ``call`` runs a coroutine function on that loop."""
+class GatewayThread(BackgroundGateway):
+    """The run's background gateway with a JSONL sink the tests read, and an admin client."""
 
     def __init__(self, settings: GatewaySettings, records_path: Path):
         self.records_path = records_path
         self.token = settings.token
         self.sink = JsonlCallSink(records_path, fsync=False)
-        self.gateway = Gateway(settings, sink=self.sink)
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self._thread.start()
-        self.run(self.gateway.start())
-
-    def run(self, coroutine: Any, timeout: float = 60) -> Any:
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
-
-    def call(self, function: Any, *args: Any, **kwargs: Any) -> Any:
-        async def invoke() -> Any:
-            return function(*args, **kwargs)
-        return self.run(invoke())
-
-    def base_url(self, execution: str) -> str:
-        return self.gateway.base_url(execution)
+        super().__init__(settings, sink=self.sink)
 
     def records(self) -> list[dict[str, Any]]:
         return list(read_records(self.records_path))
@@ -111,9 +96,7 @@ class GatewayThread:
             return err.code, json.loads(err.read())
 
     def close(self) -> None:
-        self.run(self.gateway.stop())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(10)
+        super().close()
         self.sink.close()
 
 
@@ -136,21 +119,16 @@ def _free_port() -> int:
 
 
 def _start_vllm(model: Path, name: str, logs: Path) -> VllmServer:
-    port = _free_port()
-    # Unpinned, one OpenMP thread each: pinned ("auto") servers sharing two cores starve their
-    # own API front-ends, which then send a whole stream in one burst at its end.
-    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1",
-           "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
-           "VLLM_SERVER_DEV_MODE": "1"}
-    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-               "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
-               "--dtype", "float32", "--max-model-len", "4096", "--enforce-eager",
-               "--max-logprobs", "20", "--enable-scale-out",
-               "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+    """A server exactly as a rollout step starts one (``gyrectl.rollout.server``), serving the
+    tiny model as ``tiny`` (its folder's name) on a free port."""
+    config = Config(model=ModelConfig(path=str(model), dtype="float32"),
+                    rollout=RolloutConfig(engine_args={"max-model-len": 4096, "enforce-eager": True},
+                                          server_port=_free_port()))
+    launch = rollout_server(config, cell=0, weights_dir=model)
     log = open(logs / f"{name}.log", "wb")  # noqa: SIM115 -- the server owns it until killed
-    process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
+    process = subprocess.Popen(launch.command, env={**os.environ, **launch.env}, stdout=log, stderr=subprocess.STDOUT,
                                start_new_session=True)  # own process group: killpg stops workers too
-    return VllmServer(name, f"http://127.0.0.1:{port}", process)
+    return VllmServer(name, f"http://127.0.0.1:{launch.port}", process)
 
 
 def _wait_healthy(server: VllmServer, logs: Path, timeout: float = 240) -> None:
