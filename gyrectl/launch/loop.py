@@ -42,6 +42,10 @@ class NodeRoles:
 
     def __init__(self, run: RunDir, journal: Journal, table: list[dict[str, object]], cell_nodes: list[tuple[str, ...]]):
         self._run, self._journal, self._table, self._cell_nodes = run, journal, table, cell_nodes
+        for row in table:
+            if row["het_group"] == 0:
+                row["role"] = "coordinator"  # the head: coordinator, gateway and agent harnesses
+        run.write_json(run.nodes_file, table)
 
     def append(self, event: Event) -> None:
         self._journal.append(event)

@@ -55,6 +55,8 @@ def test_run_completes_every_step_and_status_reports_them(cli, finished_run) -> 
         assert {"step", "reward_mean", "executions", "naive_tokens", "trained_tokens", "weight_version",
                 "duration_s"} <= set(step)
         assert step["weight_version"] == step["step"] + 1 and step["executions"] > 0
+    roles = {node["name"]: node["role"] for node in view["nodes"]}
+    assert roles["local-head"] == "coordinator" and roles["local-0"] == "rollout"
 
 
 def test_policy_learns_the_example_task(cli, finished_run) -> None:
