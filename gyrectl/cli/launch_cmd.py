@@ -26,7 +26,8 @@ def launch(
 
     On Slurm this submits one heterogeneous job through submitit: component 0 runs the head
     (coordinator), component 1 is the worker pool. With the local backend the head runs as a
-    process on this machine with virtual nodes.
+    process on this machine with virtual nodes and, when the config names a model and a harness,
+    runs the whole RL loop there (vLLM servers, harnesses, torchrun steps, live weight sync).
 
     Examples:
 
