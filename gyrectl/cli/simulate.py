@@ -13,7 +13,7 @@ from gyrectl.cli.render import emit_json
 from gyrectl.config import load_config
 from gyrectl.coordinator.state import initial_state, limits_from_config
 from gyrectl.sim.run import simulate
-from gyrectl.sim.timeline import draw_timeline
+from gyrectl.coordinator.timeline import draw_timeline
 from gyrectl.sim.workload import PRESETS
 
 

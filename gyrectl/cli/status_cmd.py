@@ -12,7 +12,11 @@ from rich.console import Group
 from rich.live import Live
 
 from gyrectl.cli.options import DEFAULT_ROOT, JsonOpt, RootOpt, RunArg
-from gyrectl.cli.render import emit_json, out, table
+from gyrectl.cli.render import emit_json, err, out, table
+from gyrectl.config import load_config
+from gyrectl.coordinator.journal import read_events
+from gyrectl.coordinator.state import initial_state, limits_from_config
+from gyrectl.coordinator.timeline import draw_timeline
 from gyrectl.errors import RuntimeFailure, UserError
 from gyrectl.launch.rundir import RunDir
 from gyrectl.launch.status import RunView, run_view
@@ -34,6 +38,8 @@ def status(
     root: RootOpt = DEFAULT_ROOT,
     watch: WatchOpt = False,
     interval: IntervalOpt = 2.0,
+    timeline: Annotated[Optional[Path], typer.Option("--timeline", help="Also write a PNG of the cells' roles over "
+                                                                          "time, drawn from the run's journal.")] = None,
     json_: JsonOpt = False,
 ) -> None:
     """Show a run: its job state (pending / running / ended) and every node with its role.
@@ -48,8 +54,12 @@ def status(
       gyrectl status tiny --watch
 
       gyrectl status runs/tiny --json | jq .job.state
+
+      gyrectl status tiny --timeline roles.png
     """
     run_dir = RunDir.open(run, output_root=root) if run else _latest_run(root)
+    if timeline is not None:
+        write_timeline(run_dir, timeline)
     if not watch:
         view = run_view(run_dir)
         emit_json(view.to_json()) if json_ else out.print(render(view))
@@ -97,6 +107,17 @@ def render(view: RunView) -> Group:
     if view.note:
         parts.append(f"[dim]{view.note}[/]")
     return Group(*parts)
+
+
+def write_timeline(run: RunDir, path: Path) -> None:
+    """The cells' roles over the run so far, from its journal (stderr says where it went)."""
+    events = read_events(run.journal_file)
+    if not events:
+        raise UserError(f"{run.path}: the journal holds no coordinator event yet; nothing to draw")
+    config = load_config(run.config_file)
+    draw_timeline(path, initial=initial_state(limits_from_config(config)), events=events, wall_clock=True,
+                  title=f"{run.name}: {config.scheduler.policy}, {config.num_cells} cells")
+    err.print(f"timeline written to {path}", highlight=False)
 
 
 def stop(run: RunArg, root: RootOpt = DEFAULT_ROOT) -> None:

@@ -91,3 +91,36 @@ def test_local_loop_refuses_missing_inputs_before_creating_the_run(cli, tmp_path
     assert growing.returncode == 2 and "grow_running_step" in growing.stderr
     assert "Traceback" not in missing_model.stderr + missing_tasks.stderr + growing.stderr
     assert not root.exists() or not any(root.iterdir())
+
+
+def test_status_timeline_draws_a_real_runs_journal(cli, tmp_path: Path) -> None:
+    from gyrectl.config import dump_config, load_config
+    from gyrectl.coordinator.events import Dispatched, PhaseChanged, TrainEnded, TrainStarted
+    from gyrectl.coordinator.journal import Journal, read_events
+    from gyrectl.coordinator.state import Phase, initial_state, limits_from_config
+    from gyrectl.coordinator.timeline import role_segments
+    from gyrectl.launch.rundir import RunDir
+
+    run = RunDir.create(tmp_path, "r")
+    config = load_config("configs/local-tiny.yaml")
+    run.config_file.write_text(dump_config(config))
+    empty = cli("status", str(run.path), "--timeline", str(tmp_path / "none.png"))
+    assert empty.returncode == 2 and "no coordinator event" in empty.stderr
+
+    t0 = 1_796_000_000.0  # wall-clock times, as a real head journals them
+    with Journal(run.journal_file) as journal:
+        for event in (PhaseChanged(cell=0, phase=Phase.STARTING, at=t0), PhaseChanged(cell=1, phase=Phase.STARTING, at=t0),
+                      PhaseChanged(cell=0, phase=Phase.ROLLOUT, at=t0 + 30), PhaseChanged(cell=1, phase=Phase.ROLLOUT, at=t0 + 31),
+                      Dispatched(count=32, version=0, at=t0 + 31), PhaseChanged(cell=1, phase=Phase.DRAINING, at=t0 + 90),
+                      PhaseChanged(cell=1, phase=Phase.TRAIN, at=t0 + 91),
+                      TrainStarted(index=0, cells=(1,), take=(), at=t0 + 91, step_ids=("s",)),
+                      TrainEnded(index=0, at=t0 + 120)):
+            journal.append(event)
+    segments = role_segments(initial_state(limits_from_config(config)), read_events(run.journal_file), t0)
+    assert (1, "training", 91.0, 120.0) in segments and (0, "rollout", 30.0, 120.0) in segments
+    assert min(start for _, _, start, _ in segments) == 0.0
+
+    png = tmp_path / "roles.png"
+    drawn = cli("status", str(run.path), "--timeline", str(png))
+    assert drawn.returncode == 0, drawn.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "timeline written" in drawn.stderr
