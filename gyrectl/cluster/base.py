@@ -90,3 +90,7 @@ class Cluster(abc.ABC):
     @abc.abstractmethod
     def step_status(self, step_id: str) -> StepStatus:
         """Current state of a step started by :meth:`start_step`."""
+
+    def close(self) -> None:
+        """Stops every step still running (the head calls it on its way out); nothing to stop by
+        default."""

@@ -86,9 +86,7 @@ def run_head(run_path: str) -> str:
             traceback.print_exc()
             error, completed = f"{type(exc).__name__}: {exc}", False
         finally:
-            close = getattr(cluster, "close", None)
-            if close is not None:
-                close()
+            cluster.close()
         if error:
             reason = "failed"
         elif completed:

@@ -124,11 +124,9 @@ def _is_head_process(pid: int, run: RunDir) -> bool:
 def run_view(run: RunDir) -> RunView:
     nodes = run.read_json(run.nodes_file)
     note = "" if nodes else "the head has not written the node table yet (job pending or starting)"
-    job = job_view(run)
     if nodes and all(n.get("role") == "idle" for n in nodes):
-        note = ("all nodes idle: the coordinator is starting" if job.backend == "local" and job.state == "running"
-                else "all nodes idle: no coordinator assigns roles on this backend yet")
-    return RunView(run_dir=str(run.path), name=run.name, job=job, nodes=nodes or [], note=note,
+        note = "all nodes idle: no coordinator assigns roles yet"
+    return RunView(run_dir=str(run.path), name=run.name, job=job_view(run), nodes=nodes or [], note=note,
                    steps=finished_steps(run), total_steps=_configured_steps(run))
 
 

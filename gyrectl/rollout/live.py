@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +29,7 @@ from gyrectl.gateway.background import BackgroundGateway
 from gyrectl.launch.rundir import RunDir
 from gyrectl.rollout.harnesses import HarnessExit, HarnessRunner
 from gyrectl.rollout.http import ServerCallError, get
-from gyrectl.rollout.reward import score_execution
+from gyrectl.rollout.reward import Verifier, score_execution
 from gyrectl.rollout.sync import WeightSync
 from gyrectl.rollout.tasks import assign
 from gyrectl.store.jsonl import JsonlAppender
@@ -54,7 +54,7 @@ class _Done:
 class LiveRollouts:
     def __init__(self, *, run: RunDir, gateway: BackgroundGateway, harnesses: HarnessRunner,
                  tasks: list[dict[str, Any]], executions_per_task: int, batch_executions: int,
-                 verifier: Callable[[dict[str, Any], dict[str, Any]], float], servers: Sequence[CellServer],
+                 verifier: Verifier, servers: Sequence[CellServer],
                  weight_sync: WeightSync, poll_s: float = 0.25):
         self._run, self._gateway, self._harnesses = run, gateway, harnesses
         self._tasks, self._per_task, self._batch = tasks, executions_per_task, batch_executions
