@@ -43,3 +43,26 @@ def tiny_model(tiny_model_dir):
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32, attn_implementation="sdpa")
     return model.eval()
+
+
+_RELEASES: dict[Path, list] = {}
+"""Per test directory, what to release once its last test ran (see ``release_with_directory``)."""
+
+
+@pytest.fixture(scope="session")
+def release_with_directory():
+    """Registers a callback that runs as soon as the last test of a directory is done, instead of
+    at the end of the session: the vLLM servers a directory shares (3 GiB each) would otherwise
+    stay up under the directories after it, on a machine with room for a few."""
+
+    def register(directory: Path, callback) -> None:
+        _RELEASES.setdefault(directory.resolve(), []).append(callback)
+
+    return register
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    here = Path(str(item.fspath)).parent.resolve()
+    if here in _RELEASES and (nextitem is None or Path(str(nextitem.fspath)).parent.resolve() != here):
+        for callback in _RELEASES.pop(here):
+            callback()

@@ -98,6 +98,13 @@ def render(view: RunView) -> Group:
     head = f"[bold]{view.name}[/]  job {job.id} on {job.backend}: [{colour}]{job.state}[/]{detail}{reason}\n{view.run_dir}"
     rows = [(n["name"], n["het_group"], n["gpus"], n["cpus"], n.get("address", ""), n["role"]) for n in view.nodes]
     parts: list[object] = [head, table("nodes", ["node", "het group", "GPUs", "CPUs", "address", "role"], rows)]
+    if view.cells:
+        parts.append(_cells_table(view))
+    if view.moves:
+        parts.append(table("recent moves", ["cell", "from", "to", "at", "seconds"],
+                           [(m["cell"], m["from"], m["to"], _clock(m["at"]),
+                             "under way" if m["duration_s"] is None else f"{m['duration_s']:.2f}")
+                            for m in view.moves[-6:]]))
     if view.steps:
         parts.append(table(f"training steps ({len(view.steps)} of {view.total_steps})",
                            ["step", "reward mean", "executions", "naive tokens", "trained tokens", "weights", "seconds"],
@@ -107,6 +114,22 @@ def render(view: RunView) -> Group:
     if view.note:
         parts.append(f"[dim]{view.note}[/]")
     return Group(*parts)
+
+
+def _cells_table(view: RunView) -> object:
+    training = view.training
+    ex = view.executions
+    title = (f"cells: executions {ex['finished']} finished, {ex['in_flight']} in flight; "
+             + (f"training step {training['index']} on cells {training['cells']} since {_clock(training['started_at'])}"
+                if training else "no training step running"))
+    rows = [(c["id"], ",".join(c["nodes"]), c["role"], c["phase"] + (" (in step)" if c["in_training_step"] else ""),
+             _clock(c["since"]), "" if c["weight_version"] is None else f"v{c['weight_version']}")
+            for c in view.cells]
+    return table(title, ["cell", "nodes", "role", "phase", "since", "weights"], rows)
+
+
+def _clock(at: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(at)) if at else "-"
 
 
 def write_timeline(run: RunDir, path: Path) -> None:

@@ -44,6 +44,17 @@ class ProcessSteps:
             _signal_group(proc, signal.SIGKILL)
             proc.wait()
 
+    def await_cancel(self, step_id: str, timeout_s: float) -> bool:
+        """Counts the step as cancelled (something else is stopping it) and waits up to
+        ``timeout_s`` for it to exit; True if it did."""
+        proc = self._procs[step_id]
+        self._cancelled.add(step_id)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
     def status(self, step_id: str) -> StepStatus:
         proc = self._procs[step_id]
         code = proc.poll()
@@ -53,8 +64,11 @@ class ProcessSteps:
             return StepStatus(step_id, StepState.CANCELLED, code)
         return StepStatus(step_id, StepState.SUCCEEDED if code == 0 else StepState.FAILED, code)
 
+    def running(self) -> list[str]:
+        return [step_id for step_id, proc in self._procs.items() if proc.poll() is None]
+
     def stop_all(self, *, grace_s: float) -> None:
-        for step_id in list(self._procs):
+        for step_id in self.running():
             self.stop(step_id, grace_s=grace_s)
 
 

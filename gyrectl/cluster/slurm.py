@@ -4,6 +4,11 @@ Discovery reads the allocation from the environment Slurm gives the batch script
 (``SLURM_JOB_NODELIST_HET_GROUP_<k>``, ``SLURM_JOB_CPUS_PER_NODE_HET_GROUP_<k>``) and asks
 ``scontrol`` for hostnames, node addresses and GPUs. A step is ``srun --het-group=1 --exact``
 pinned to explicit nodes, so several role steps share the allocation without blocking each other.
+
+A step is stopped through Slurm (``scancel -s TERM JOB.STEP``, then ``scancel JOB.STEP``), never by
+signalling its ``srun`` alone: an ``srun`` killed while its tasks run leaves them running on the
+node, holding the CPUs the next role's step waits for. Each ``srun`` is named after its step id so
+``squeue -s`` finds its Slurm step.
 """
 
 from __future__ import annotations
@@ -14,10 +19,12 @@ from collections.abc import Mapping, Sequence
 
 from gyrectl.cluster.base import Cluster, Node, StepSpec, StepStatus
 from gyrectl.cluster.processes import ProcessSteps
-from gyrectl.cluster.slurm_cli import expand_hostlist, parse_cpus_per_node, parse_key_values, run_slurm
+from gyrectl.cluster.slurm_cli import expand_hostlist, job_steps, parse_cpus_per_node, parse_key_values, run_slurm
 from gyrectl.errors import RuntimeFailure
 
 WORKER_GROUP = 1
+EXIT_WAIT_S = 15.0
+"""How long ``srun`` may take to exit once its step is cancelled before it is killed itself."""
 
 
 def discover_allocation(env: Mapping[str, str]) -> list[Node]:
@@ -53,11 +60,11 @@ def _node_address(name: str) -> str:
     return parse_key_values(run_slurm(["scontrol", "show", "node", name]).stdout).get("NodeAddr", name)
 
 
-def srun_argv(spec: StepSpec, *, het_group: int | None) -> list[str]:
+def srun_argv(spec: StepSpec, *, het_group: int | None, step_name: str | None = None) -> list[str]:
     """``srun`` for one role step: exact resources, explicit nodes, one task per node."""
     argv = ["srun", "--exact", f"--nodes={len(spec.nodes)}", f"--ntasks={len(spec.nodes)}",
             "--ntasks-per-node=1", f"--cpus-per-task={spec.cpus_per_node}", f"--nodelist={','.join(spec.nodes)}",
-            f"--job-name={spec.name}", "--kill-on-bad-exit=1"]
+            f"--job-name={step_name or spec.name}", "--kill-on-bad-exit=1"]
     if het_group is not None:
         argv.insert(1, f"--het-group={het_group}")
     if spec.gpus_per_node:
@@ -71,6 +78,9 @@ class SlurmCluster(Cluster):
     def __init__(self, env: Mapping[str, str] | None = None):
         self._env = dict(os.environ if env is None else env)
         self._hetjob = int(self._env.get("SLURM_HET_SIZE", "1")) > 1
+        self._steps_job = self._env.get(f"SLURM_JOB_ID_HET_GROUP_{WORKER_GROUP}", "") if self._hetjob \
+            else self._env.get("SLURM_JOB_ID", "")
+        """The job whose steps the workers' steps are (a het component has a job id of its own)."""
         self._steps = ProcessSteps()
         self._count = 0
 
@@ -80,16 +90,37 @@ class SlurmCluster(Cluster):
     def start_step(self, spec: StepSpec) -> str:
         self._count += 1
         step_id = f"{self._count}-{spec.name}"
-        argv = srun_argv(spec, het_group=WORKER_GROUP if self._hetjob else None)
+        argv = srun_argv(spec, het_group=WORKER_GROUP if self._hetjob else None, step_name=step_id)
         env = {"GYRECTL_STEP_NODES": ",".join(spec.nodes), **spec.env}
         self._steps.start(step_id, argv, env=env, log_path=spec.log_path)
         return step_id
 
+    def slurm_step(self, step_id: str) -> str | None:
+        """Slurm's ``JOB.STEP`` of a running step; None while its srun still waits for resources."""
+        return job_steps(self._steps_job).get(step_id)
+
     def stop_step(self, step_id: str, *, grace_s: float = 5.0) -> None:
-        self._steps.stop(step_id, grace_s=grace_s)  # srun forwards SIGTERM to every task of the step
+        if self._steps.status(step_id).state.ended:
+            return
+        slurm_id = self.slurm_step(step_id)
+        if slurm_id is None:  # nothing runs on the nodes yet: stopping srun withdraws the request
+            self._steps.stop(step_id, grace_s=0.0)
+            if (late := self.slurm_step(step_id)) is not None:  # created while srun was being stopped
+                run_slurm(["scancel", late], check=False)
+            return
+        if grace_s > 0:
+            # On a het component scancel -s answers "Invalid job id" (exit 225) although the signal
+            # is delivered: the step's own exit is the answer that counts.
+            run_slurm(["scancel", "-s", "TERM", slurm_id], check=False, retries=1)
+            if self._steps.await_cancel(step_id, grace_s):
+                return
+        run_slurm(["scancel", slurm_id], check=False)
+        if not self._steps.await_cancel(step_id, EXIT_WAIT_S):
+            self._steps.stop(step_id, grace_s=0.0)
 
     def step_status(self, step_id: str) -> StepStatus:
         return self._steps.status(step_id)
 
     def close(self) -> None:
-        self._steps.stop_all(grace_s=5.0)
+        for step_id in self._steps.running():
+            self.stop_step(step_id, grace_s=0.0)  # the head is going: Slurm's KillWait leaves no time to be gentle

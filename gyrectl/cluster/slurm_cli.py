@@ -111,3 +111,14 @@ def completed_state(job_id: str) -> str | None:
         return None
     states = [line.split("|")[1] for line in result.stdout.splitlines() if "|" in line]
     return states[-1] if states else None
+
+
+def job_steps(job_id: str) -> dict[str, str]:
+    """Running steps of ``job_id`` by name: ``{step name: "JOB.STEP"}`` (``squeue -s``)."""
+    result = run_slurm(["squeue", "-h", "-s", "-j", str(job_id), "-o", "%i|%j"], check=False)
+    steps: dict[str, str] = {}
+    for line in result.stdout.splitlines():
+        step, _, name = line.strip().partition("|")
+        if name and "." in step:
+            steps[name] = step
+    return steps

@@ -1,22 +1,31 @@
 """Carries policy actions out and turns what happens into events: the only place the coordinator
 touches the ``Cluster`` and the gateway. It keeps no state of its own (step ids live in the
-coordinator state), so a restarted coordinator gets an equivalent actuator for free."""
+coordinator state), so a restarted coordinator gets an equivalent actuator for free.
+
+It also answers the faults a cluster throws, without the policy's help: a serving cell's server
+step that exits on its own (killed, crashed) is started again while the gateway re-sends its calls
+elsewhere; a training step that fails is started again on the same cells with the same batch
+(the trainer starts each step over from its input weights). Either gives up after a few tries.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gyrectl.cluster.base import Cluster, Node, StepState
-from gyrectl.coordinator.events import (Dispatched, Event, PhaseChanged, SyncStarted, TrainEnded, TrainExtended,
-                                        TrainStarted)
+from gyrectl.cluster.base import Cluster, Node, StepState, StepStatus
+from gyrectl.coordinator.events import (Dispatched, Event, PhaseChanged, StepFailed, SyncStarted, TrainEnded,
+                                        TrainExtended, TrainRetried, TrainStarted)
 from gyrectl.coordinator.ports import Clock, RolloutGateway
 from gyrectl.coordinator.state import CoordinatorState, Phase
-from gyrectl.coordinator.steps import StepFactory
+from gyrectl.coordinator.steps import MAX_TRAIN_ATTEMPTS, StepFactory
 from gyrectl.errors import RuntimeFailure
 from gyrectl.scheduler.actions import (Action, Dispatch, ExtendTrain, MoveCell, StartServer, StartTrain,
                                        SyncWeights)
 
 _WATCHED = (Phase.STARTING, Phase.RETURNING, Phase.DRAINING)
+MAX_CELL_FAILURES = 3
+"""Steps of one cell that may exit on their own before the run gives up (a node that keeps
+killing its steps is not a fault worth retrying forever)."""
 
 
 def cells_of(nodes: Sequence[Node], nodes_per_cell: int) -> list[tuple[str, ...]]:
@@ -50,13 +59,12 @@ class Actuator:
                 return [PhaseChanged(cell=cell, phase=Phase.DRAINING, at=now, step_id=state.cells[cell].step_id,
                                      weight_version=state.cells[cell].weight_version)]
             case StartTrain(index=index, cells=cells, take=take):
-                batch = self._gateway.claim(index=index, take=take)
-                step_ids = tuple(self._start_member(c, index, batch, members=len(cells)) for c in cells)
+                self._gateway.claim(index=index, take=take)
+                step_ids = tuple(self._start_member(c, index, members=len(cells)) for c in cells)
                 return [TrainStarted(index=index, cells=cells, take=take, at=now, step_ids=step_ids)]
             case ExtendTrain(cell=cell):
                 assert state.train is not None
-                batch = f"batch-{state.train.index}"
-                member = self._start_member(cell, state.train.index, batch, members=len(state.train.cells) + 1)
+                member = self._start_member(cell, state.train.index, members=len(state.train.cells) + 1)
                 return [TrainExtended(cell=cell, at=now, step_id=member)]
             case SyncWeights(cell=cell, version=version):
                 self._gateway.sync_weights(cell, version)
@@ -74,15 +82,31 @@ class Actuator:
             if cell.phase is Phase.DRAINING:
                 if self._gateway.sessions(cell.id) == 0:  # with movable executions: at once
                     self._cluster.stop_step(cell.step_id, grace_s=0.0)
-                    if self._cluster.step_status(cell.step_id).state.ended:
-                        events.append(PhaseChanged(cell=cell.id, phase=Phase.TRAIN, at=now))
+                    if self._cluster.step_status(cell.step_id).state.ended:  # stamped after the stop took
+                        events.append(PhaseChanged(cell=cell.id, phase=Phase.TRAIN, at=self._clock.now()))
             elif self._server_ready(cell.id, cell.step_id):
                 self._gateway.route(cell.id, routed=True, weight_version=cell.weight_version)
                 events.append(PhaseChanged(cell=cell.id, phase=Phase.ROLLOUT, at=now, step_id=cell.step_id,
                                            weight_version=cell.weight_version))
+        for cell in state.cells.by_phase[Phase.ROLLOUT]:
+            status = self._cluster.step_status(cell.step_id)
+            if status.state.ended:
+                events += self._restart_server(cell.id, cell.step_id, cell.failures, status.exit_code, state.version,
+                                               now)
         if state.train is not None:
             events += self._observe_training(state, now)
         return events
+
+    def _restart_server(self, cell: int, step_id: str, failures: int, exit_code: int | None, version: int,
+                        now: float) -> list[Event]:
+        """A serving cell's server died under its calls: they move to other servers (or wait for
+        one), and the cell starts a new server with the latest weights."""
+        if failures + 1 >= MAX_CELL_FAILURES:
+            raise RuntimeFailure(f"the rollout server of cell {cell} exited {failures + 1} times (last exit code "
+                                 f"{exit_code}); see its step log")
+        self._gateway.route(cell, routed=False)
+        failed = StepFailed(cell=cell, step_id=step_id, role="rollout", exit_code=exit_code, at=now)
+        return [failed, self._start_server(cell, Phase.STARTING, version, now)]
 
     def _server_ready(self, cell: int, step_id: str) -> bool:
         status = self._cluster.step_status(step_id)
@@ -98,21 +122,39 @@ class Actuator:
         # watching the first member says when the step ended; then every member is looked at.
         if not self._cluster.step_status(members[0]).state.ended:
             return []
-        statuses = [self._cluster.step_status(step_id).state for step_id in members]
-        if StepState.FAILED in statuses:
-            raise RuntimeFailure(f"training step {state.train.index} failed")
-        if StepState.SUCCEEDED not in statuses:
+        statuses = [self._cluster.step_status(step_id) for step_id in members]
+        if any(status.state is StepState.FAILED for status in statuses):
+            return self._retry_training(state, statuses, now)
+        if not any(status.state is StepState.SUCCEEDED for status in statuses):
             return []
+        statuses = [status.state for status in statuses]
         for step_id, status in zip(members, statuses, strict=True):
             if not status.ended:  # a member still joining when the step completed
                 self._cluster.stop_step(step_id, grace_s=0.0)
         return [TrainEnded(index=state.train.index, at=now)]
+
+    def _retry_training(self, state: CoordinatorState, statuses: list[StepStatus], now: float) -> list[Event]:
+        train = state.train
+        assert train is not None
+        if train.attempt + 1 >= MAX_TRAIN_ATTEMPTS:
+            raise RuntimeFailure(f"training step {train.index} failed {train.attempt + 1} times; see "
+                                 f"logs/train-step{train.index}-cell*.log")
+        events: list[Event] = []
+        for cell, status in zip(train.cells, statuses, strict=True):
+            if status.state is StepState.FAILED:
+                events.append(StepFailed(cell=cell, step_id=status.step_id, role="train", exit_code=status.exit_code,
+                                         at=now))
+            elif not status.state.ended:
+                self._cluster.stop_step(status.step_id, grace_s=0.0)  # the rest of a broken rendezvous
+        step_ids = tuple(self._start_member(c, train.index, members=len(train.cells), attempt=train.attempt + 1)
+                         for c in train.cells)
+        return events + [TrainRetried(index=train.index, at=self._clock.now(), step_ids=step_ids)]
 
     def _start_server(self, cell: int, phase: Phase, version: int, now: float) -> PhaseChanged:
         spec = self._steps.rollout(cell=cell, nodes=self.cell_nodes[cell], version=version)
         return PhaseChanged(cell=cell, phase=phase, at=now, step_id=self._cluster.start_step(spec),
                             weight_version=version)
 
-    def _start_member(self, cell: int, index: int, batch: str, *, members: int) -> str:
-        return self._cluster.start_step(self._steps.train_member(cell=cell, nodes=self.cell_nodes[cell],
-                                                                 index=index, batch=batch, members=members))
+    def _start_member(self, cell: int, index: int, *, members: int, attempt: int = 0) -> str:
+        return self._cluster.start_step(self._steps.train_member(cell=cell, nodes=self.cell_nodes[cell], index=index,
+                                                                 members=members, attempt=attempt))

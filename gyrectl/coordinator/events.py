@@ -80,6 +80,29 @@ class TrainEnded:
 
 
 @dataclass(frozen=True)
+class StepFailed:
+    """A cell's step exited on its own (killed, crashed, its node gone) instead of being stopped:
+    its server is started again, or its training step retried (the events that follow say which)."""
+
+    cell: int
+    step_id: str
+    role: str
+    """``rollout`` or ``train``."""
+    exit_code: int | None
+    at: float
+
+
+@dataclass(frozen=True)
+class TrainRetried:
+    """Training step ``index`` failed and starts again on the same cells with the same batch,
+    from the same weights (the trainer is idempotent per step)."""
+
+    index: int
+    at: float
+    step_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class SyncStarted:
     cell: int
     version: int
@@ -94,7 +117,7 @@ class WeightsSynced:
 
 
 Event = (Dispatched | Started | Finished | PhaseChanged | TrainStarted | TrainExtended | TrainEnded
-         | SyncStarted | WeightsSynced)
+         | StepFailed | TrainRetried | SyncStarted | WeightsSynced)
 
 
 def _with_cell(state: CoordinatorState, cell_id: int, **changes: Any) -> CoordinatorState:
@@ -164,6 +187,19 @@ def _train_ended(state: CoordinatorState, e: TrainEnded) -> CoordinatorState:
     return dataclasses.replace(state, cells=CellTable(cells), train=None, version=e.index + 1)
 
 
+def _step_failed(state: CoordinatorState, e: StepFailed) -> CoordinatorState:
+    return _with_cell(state, e.cell, failures=state.cells[e.cell].failures + 1, syncing=False)
+
+
+def _train_retried(state: CoordinatorState, e: TrainRetried) -> CoordinatorState:
+    assert state.train is not None and state.train.index == e.index
+    cells = list(state.cells)
+    for cell, step_id in zip(state.train.cells, e.step_ids, strict=True):
+        cells[cell] = dataclasses.replace(cells[cell], step_id=step_id)
+    return dataclasses.replace(state, cells=CellTable(cells),
+                               train=dataclasses.replace(state.train, attempt=state.train.attempt + 1))
+
+
 def _sync_started(state: CoordinatorState, e: SyncStarted) -> CoordinatorState:
     return _with_cell(state, e.cell, syncing=True)
 
@@ -175,6 +211,7 @@ def _weights_synced(state: CoordinatorState, e: WeightsSynced) -> CoordinatorSta
 _APPLY: dict[type, Callable[[CoordinatorState, Any], CoordinatorState]] = {
     Dispatched: _dispatched, Started: _started, Finished: _finished, PhaseChanged: _phase_changed,
     TrainStarted: _train_started, TrainExtended: _train_extended, TrainEnded: _train_ended,
+    StepFailed: _step_failed, TrainRetried: _train_retried,
     SyncStarted: _sync_started, WeightsSynced: _weights_synced,
 }
 _BY_NAME = {cls.__name__: cls for cls in _APPLY}
@@ -204,6 +241,7 @@ def from_record(record: dict[str, Any]) -> Event:
     if cls is TrainStarted:
         fields["cells"] = tuple(fields["cells"])
         fields["take"] = tuple(tuple(item) for item in fields["take"])
+    if cls in (TrainStarted, TrainRetried):
         fields["step_ids"] = tuple(fields["step_ids"])
     return cls(**fields)
 

@@ -48,7 +48,8 @@ class CellState:
     id: int
     """Index of the cell (0-based, in node order)."""
     phase: Phase = Phase.IDLE
-    """Current phase; the role is rollout for starting/rollout/draining, train for train/returning."""
+    """Current phase; the step on the cell is a rollout server in every phase but ``train``
+    (and ``idle``, ``lost``): see :mod:`gyrectl.coordinator.views`."""
     since: float = 0.0
     """Clock time the cell entered ``phase``."""
     step_id: str = ""
@@ -57,6 +58,8 @@ class CellState:
     """Weights version the cell's server serves (meaningful while it serves)."""
     syncing: bool = False
     """A weight reload is in progress on the server."""
+    failures: int = 0
+    """Steps of this cell that exited on their own (killed, crashed): each was restarted."""
 
 
 class CellTable(tuple[CellState, ...]):
@@ -124,6 +127,8 @@ class TrainStep:
     """Cells in the step so far (it grows when cells join)."""
     executions: int
     started_at: float
+    attempt: int = 0
+    """How many times the step was started again after failing (0: the first run)."""
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,10 @@ from gyrectl.launch.rundir import RunDir
 from gyrectl.rollout.server import rollout_server
 
 
+MAX_TRAIN_ATTEMPTS = 3
+"""Runs of one training step before the run fails (each run has a rendezvous port of its own)."""
+
+
 @dataclass(frozen=True)
 class StepFactory:
     config: Config
@@ -32,17 +36,19 @@ class StepFactory:
         return StepSpec(name=name, nodes=nodes, command=server.command, env=env, cpus_per_node=self.cpus_per_node,
                         gpus_per_node=self.gpus_per_node, log_path=self.run.logs_dir / f"{name}.log")
 
-    def train_member(self, *, cell: int, nodes: tuple[str, ...], index: int, batch: str, members: int) -> StepSpec:
-        """Cell ``cell``'s part of training step ``index``, one of ``members`` member cells."""
+    def train_member(self, *, cell: int, nodes: tuple[str, ...], index: int, members: int,
+                     attempt: int = 0) -> StepSpec:
+        """Cell ``cell``'s part of training step ``index``, one of ``members`` member cells;
+        ``attempt`` counts the step's runs after a failure (each gets a fresh rendezvous)."""
         env = {"GYRECTL_ROLE": "train", "GYRECTL_CELL": str(cell), "GYRECTL_TRAIN_STEP": str(index),
-               "GYRECTL_BATCH": batch}
+               "GYRECTL_BATCH": f"batch-{index}"}
         name = f"train-step{index}-cell{cell}"
-        return StepSpec(name=name, nodes=nodes, command=self._torchrun(index, members=members, rendezvous_host=nodes[0]),
-                        env=env,
+        command = self._torchrun(index, attempt=attempt, members=members, rendezvous_host=nodes[0])
+        return StepSpec(name=name, nodes=nodes, command=command, env=env,
                         cpus_per_node=self.cpus_per_node, gpus_per_node=self.gpus_per_node,
                         log_path=self.run.logs_dir / f"{name}.log")
 
-    def _torchrun(self, index: int, *, members: int, rendezvous_host: str) -> tuple[str, ...]:
+    def _torchrun(self, index: int, *, attempt: int, members: int, rendezvous_host: str) -> tuple[str, ...]:
         """One torchrun agent per member cell (``nodes_per_cell`` nodes each), all joining step
         ``index``'s rendezvous, whose size is fixed when the step starts (torchrun's re-rendezvous
         when a node joins a running group was seen to time out). The trainer is idempotent per
@@ -53,15 +59,15 @@ class StepFactory:
         num_nodes = members * self.config.cells.nodes_per_cell
         return (sys.executable, "-m", "torch.distributed.run", f"--nnodes={num_nodes}",
                 f"--nproc-per-node={max(cluster.gpus_per_node, 1)}", "--rdzv-backend=c10d",
-                f"--rdzv-endpoint={host}:{rendezvous_port(self.config, index)}",
-                f"--rdzv-id={self.run.name}-step{index}", "--max-restarts=1",
+                f"--rdzv-endpoint={host}:{rendezvous_port(self.config, index, attempt)}",
+                f"--rdzv-id={self.run.name}-step{index}-try{attempt}", "--max-restarts=1",
                 "-m", "gyrectl.train", "--run-dir", str(self.run.path), "--step", str(index))
 
 
-def rendezvous_port(config: Config, index: int) -> int:
-    """A port per training step, above the cells' server ports: a step's rendezvous never meets
-    the previous step's store still closing on the same port."""
-    return config.rollout.server_port + 1000 + index % 1000
+def rendezvous_port(config: Config, index: int, attempt: int = 0) -> int:
+    """A port per run of a training step, above the cells' server ports: a rendezvous never meets
+    the store of the previous step (or of a killed attempt) still closing on the same port."""
+    return config.rollout.server_port + 1000 + (index * MAX_TRAIN_ATTEMPTS + attempt) % 1000
 
 
 def step_factory(config: Config, run: RunDir | None = None) -> StepFactory:

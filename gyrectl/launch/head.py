@@ -2,9 +2,9 @@
 
     discover the allocation -> write the node table -> run the coordinator -> record how it ended
 
-On the local backend, with a model and a harness configured, the head runs the RL loop
-(:mod:`gyrectl.launch.loop`) until the configured steps are trained (``completed``). Otherwise (and
-on Slurm until the end-to-end issue lands) it holds the allocation with every node ``idle``. It
+With a model and a harness configured, the head runs the RL loop (:mod:`gyrectl.launch.loop`) until
+the configured steps are trained (``completed``). Otherwise it holds the allocation with every node
+``idle``. It
 ends on completion, ``gyrectl stop``, ``scancel``, the time limit or a failure; each is written to
 the journal so ``gyrectl status`` can say how the run ended.
 
@@ -72,11 +72,11 @@ def run_head(run_path: str) -> str:
         journal.append({"event": "nodes_discovered", "at": time.time(), "nodes": [n.name for n in nodes]})
         error = ""
         try:
-            if config.cluster.backend == "local" and runnable(config):
+            if runnable(config):
                 final = run_loop(run=run, config=config, cluster=cluster, table=table, launch_dir=Path.cwd(),
                                  stopped=lambda: stop.is_set() or run.stop_file.exists())
                 completed = final.done
-            else:  # an allocation without a loop to run (the Slurm loop is the end-to-end issue's)
+            else:  # an allocation without a loop to run: hold it until stopped
                 while not stop.is_set() and not run.stop_file.exists():
                     stop.wait(POLL_S)
                 completed = False

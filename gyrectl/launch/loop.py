@@ -71,7 +71,10 @@ def run_loop(*, run: RunDir, config: Config, cluster: Cluster, table: list[dict[
     _link_initial_weights(run, config, launch_dir)
     token, served = run.token(), served_model_name(config)
     writer = CaptureWriter(run.calls_store)
-    gateway = BackgroundGateway(GatewaySettings(token=token, models=(served,)), sink=writer)
+    # A call waits for a server as long as its execution may run: while a crashed cell's server
+    # restarts, or while every cell is between roles, harnesses see a slow call, not an error.
+    settings = GatewaySettings(token=token, models=(served,), server_wait_s=config.rollout.execution_time_limit_s)
+    gateway = BackgroundGateway(settings, sink=writer)
     steps = step_factory(config, run=run)
     nodes = list(cluster.discover())
     cell_nodes = cells_of(nodes, config.cells.nodes_per_cell)

@@ -7,11 +7,17 @@ how it ended (``reason``: the head's own record when it had the chance to write 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
+from functools import reduce
 from typing import Any
 
 from gyrectl.config import load_config
+from gyrectl.coordinator.events import apply
+from gyrectl.coordinator.journal import read_events
+from gyrectl.coordinator.state import initial_state, limits_from_config
+from gyrectl.coordinator.views import cell_rows, moves
 from gyrectl.errors import GyreError
 from gyrectl.launch.rundir import RunDir
 from gyrectl.store.jsonl import read_records
@@ -44,10 +50,19 @@ class RunView:
     """One object per finished training step (the trainer's ``metrics.jsonl`` lines)."""
     total_steps: int = 0
     """Training steps the run is configured for."""
+    cells: list[dict[str, Any]] = field(default_factory=list)
+    """One object per cell (:func:`gyrectl.coordinator.views.cell_rows`), from the journal."""
+    moves: list[dict[str, Any]] = field(default_factory=list)
+    """Every move of a cell between roles (:func:`gyrectl.coordinator.views.moves`)."""
+    executions: dict[str, int] = field(default_factory=dict)
+    """``dispatched``, ``in_flight``, ``finished``, ``trained`` executions so far."""
+    training: dict[str, Any] | None = None
+    """The training step under way: ``index``, ``cells``, ``executions``, ``started_at``."""
 
     def to_json(self) -> dict[str, Any]:
         return {"run_dir": self.run_dir, "name": self.name, "job": self.job.__dict__, "nodes": self.nodes,
-                "note": self.note, "steps": self.steps, "total_steps": self.total_steps}
+                "note": self.note, "steps": self.steps, "total_steps": self.total_steps, "cells": self.cells,
+                "moves": self.moves, "executions": self.executions, "training": self.training}
 
 
 def fold_slurm_state(states: list[str]) -> str:
@@ -126,8 +141,29 @@ def run_view(run: RunDir) -> RunView:
     note = "" if nodes else "the head has not written the node table yet (job pending or starting)"
     if nodes and all(n.get("role") == "idle" for n in nodes):
         note = "all nodes idle: no coordinator assigns roles yet"
-    return RunView(run_dir=str(run.path), name=run.name, job=job_view(run), nodes=nodes or [], note=note,
+    view = RunView(run_dir=str(run.path), name=run.name, job=job_view(run), nodes=nodes or [], note=note,
                    steps=finished_steps(run), total_steps=_configured_steps(run))
+    return _with_coordinator(view, run, nodes or [])
+
+
+def _with_coordinator(view: RunView, run: RunDir, nodes: list[dict[str, Any]]) -> RunView:
+    """The coordinator's view, rebuilt from the journal the same way a restarted coordinator
+    rebuilds its state (nothing when no coordinator has written one)."""
+    events = read_events(run.journal_file)
+    if not events:
+        return view
+    config = load_config(run.config_file)
+    state = reduce(apply, events, initial_state(limits_from_config(config)))
+    workers = [str(n["name"]) for n in nodes if n.get("het_group") == 1]
+    per_cell = config.cells.nodes_per_cell
+    cell_nodes = [workers[i:i + per_cell] for i in range(0, len(workers), per_cell)]
+    training = None if state.train is None else {
+        "index": state.train.index, "cells": list(state.train.cells), "executions": state.train.executions,
+        "started_at": state.train.started_at}
+    return dataclasses.replace(
+        view, cells=cell_rows(state, cell_nodes), moves=moves(events), training=training,
+        executions={"dispatched": state.dispatched, "in_flight": state.in_flight, "finished": state.finished,
+                    "trained": state.trained})
 
 
 def finished_steps(run: RunDir) -> list[dict[str, Any]]:

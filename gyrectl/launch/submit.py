@@ -42,8 +42,7 @@ def dry_run_script(config: Config) -> str:
 
 
 def launch(config: Config) -> LaunchResult:
-    if config.cluster.backend == "local":
-        check_local_inputs(config, Path.cwd())
+    check_loop_inputs(config, Path.cwd())
     run = RunDir.create(Path(config.run.output_root), config.run.name)
     run.config_file.write_text(dump_config(config))
     submit = _submit_slurm if config.cluster.backend == "slurm" else _submit_local
@@ -55,9 +54,10 @@ def launch(config: Config) -> LaunchResult:
     return result
 
 
-def check_local_inputs(config: Config, launch_dir: Path) -> None:
-    """What a local loop reads from the launch directory exists, before anything starts (on a
-    cluster these paths are the nodes' to read)."""
+def check_loop_inputs(config: Config, launch_dir: Path) -> None:
+    """What the loop reads from the launch directory exists, before anything is submitted (the
+    head runs there too: locally as a process, on Slurm in the directory sbatch was called from,
+    which the cluster's shared file system shows the nodes)."""
     rollout = config.rollout
     if not rollout.harness_command:
         return

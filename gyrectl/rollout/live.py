@@ -153,7 +153,10 @@ class LiveRollouts:
         try:
             self._weight_sync.sync(server.url, self._run.weights_dir(version), version)
         except Exception as exc:  # reported on the coordinator's thread by the next poll
-            self._sync_error = f"weight sync of cell {cell} to v{version} failed: {exc}"
+            if self.ready(cell):
+                self._sync_error = f"weight sync of cell {cell} to v{version} failed: {exc}"
+            # else the server died under the reload: the coordinator sees its step exit and starts
+            # a new server with the latest weights, which makes this reload moot
             return
         if any(view.name == server.name for view in self._gateway.servers()):
             self._gateway.call(self._gateway.gateway.pool.set_weight_version, server.name, version)

@@ -49,7 +49,8 @@ class VllmServer:
 
 
 @pytest.fixture(scope="session")
-def vllm_servers(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[VllmServer]]:
+def vllm_servers(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory,
+                 release_with_directory) -> Iterator[list[VllmServer]]:
     # Iterating on the gateway: point this at servers already running (comma-separated URLs)
     # to skip the ~40 s start-up.
     if external := os.environ.get("GYRECTL_TEST_VLLM_URLS"):
@@ -60,6 +61,7 @@ def vllm_servers(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory)
     try:
         for server in servers:
             _wait_healthy(server, logs)
+        release_with_directory(Path(__file__).parent, lambda: [server.kill() for server in servers])
         yield servers
     finally:
         for server in servers:

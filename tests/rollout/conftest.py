@@ -27,7 +27,8 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="session")
-def live_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+def live_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory,
+                release_with_directory) -> Iterator[LiveServer]:
     from transformers import AutoTokenizer
 
     root = tmp_path_factory.mktemp("runs")
@@ -40,6 +41,7 @@ def live_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
     run = RunDir.create(root, config.run.name)
     shutil.copytree(tiny_model_dir, run.weights_dir(0))
     cluster = LocalCluster(config)
+    release_with_directory(Path(__file__).parent, cluster.close)
     try:
         node = next(n for n in cluster.discover() if n.het_group == 1)
         spec = step_factory(config, run).rollout(cell=0, nodes=(node.name,), version=0)

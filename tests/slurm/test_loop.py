@@ -1,0 +1,74 @@
+"""The whole RL loop on the real test cluster: the head (coordinator, gateway, harnesses) on
+component 0, vLLM servers and torchrun training as srun steps on the worker nodes, cell 1 moving
+between them each step (configs/slurm-tiny.yaml: on-policy, so cell 1 serves while there is
+nothing to train). One run serves every assertion; it takes a few minutes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gyrectl.config import load_config
+from gyrectl.coordinator.events import PhaseChanged, StepFailed, TrainEnded, TrainStarted
+from gyrectl.coordinator.state import Phase
+
+from runs import batches, events, execution_records, launch_loop, status, wait_until_ended
+
+pytestmark = [pytest.mark.usefixtures("slurm_cluster"), pytest.mark.vllm, pytest.mark.loop, pytest.mark.slow]
+REPO = Path(__file__).resolve().parents[2]
+CONFIG = load_config(REPO / "configs/slurm-tiny.yaml")
+
+
+@pytest.fixture(scope="module")
+def finished(cli, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    run_dir = launch_loop(cli, root=tmp_path_factory.mktemp("runs"), model=tiny_model_dir, name="elastic")
+    view = wait_until_ended(cli, run_dir, timeout=900)
+    return run_dir, view
+
+
+def test_run_completes_its_steps_on_slurm(finished) -> None:
+    run_dir, view = finished
+    assert (view["job"]["state"], view["job"]["reason"], view["job"]["backend"]) == ("ended", "completed", "slurm"), \
+        view["job"]
+    assert [s["step"] for s in view["steps"]] == list(range(CONFIG.run.steps))
+    assert CONFIG.run.steps >= 3
+    trained = [e for e in events(run_dir) if isinstance(e, TrainEnded)]
+    assert [e.index for e in trained] == list(range(CONFIG.run.steps))
+
+
+def test_cells_move_both_ways_in_the_journal_and_in_status(finished) -> None:
+    run_dir, view = finished
+    phases = [(e.cell, e.phase) for e in events(run_dir) if isinstance(e, PhaseChanged)]
+    assert (1, Phase.DRAINING) in phases and (1, Phase.RETURNING) in phases
+    assert (0, Phase.DRAINING) not in phases, "cell 0 is the standalone rollout pool (min_rollout_cells: 1)"
+    moves = view["moves"]
+    assert all(set(m) >= {"cell", "from", "to", "at", "duration_s"} for m in moves)
+    done = {(m["cell"], m["from"], m["to"]) for m in moves if m["duration_s"] is not None}
+    assert {(1, "rollout", "train"), (1, "train", "rollout")} <= done, moves
+    workers = [n["name"] for n in view["nodes"] if n["het_group"] == 1]
+    cells = view["cells"]
+    assert [(c["id"], c["nodes"]) for c in cells] == [(0, [workers[0]]), (1, [workers[1]])]
+    assert all(set(c) >= {"id", "nodes", "role", "phase", "since", "weight_version"} for c in cells)
+    assert cells[0]["role"] == "rollout" and cells[0]["weight_version"] >= 1
+
+
+def test_training_ran_as_torchrun_steps_on_the_train_cell(finished) -> None:
+    run_dir, view = finished
+    started = [e for e in events(run_dir) if isinstance(e, TrainStarted)]
+    assert all(e.cells == (1,) for e in started)
+    for e in started:  # srun's own log of the member step, and the trainer's metrics of that step
+        assert (run_dir / "logs" / f"train-step{e.index}-cell1.log").exists()
+    assert all(s["world_size"] == 1 and s["executions"] == CONFIG.training.batch_executions for s in view["steps"])
+
+
+def test_no_execution_lost_or_trained_twice(finished) -> None:
+    run_dir, view = finished
+    records = execution_records(run_dir)
+    assert all(r["status"] == "ok" and r["exit_code"] == 0 and not r["error"] for r in records), \
+        [r for r in records if r["status"] != "ok" or r["exit_code"] != 0]
+    trained = [e for step in batches(run_dir).values() for e in step]
+    assert len(trained) == len(set(trained)) == CONFIG.run.steps * CONFIG.training.batch_executions
+    assert set(trained) <= {r["execution"] for r in records}
+    assert view["executions"]["trained"] == len(trained)
+    assert not [e for e in events(run_dir) if isinstance(e, StepFailed)], "a clean run has no failed step"
