@@ -122,3 +122,29 @@ def job_steps(job_id: str) -> dict[str, str]:
         if name and "." in step:
             steps[name] = step
     return steps
+
+
+@dataclass(frozen=True)
+class PartitionNode:
+    """One node of a partition, as ``sinfo -N`` reports it."""
+
+    partition: str
+    name: str
+    cpus: int
+    gpus: int
+    mem_mb: int
+    default: bool
+    """Whether ``partition`` is the cluster's default partition."""
+
+
+def partition_nodes() -> list[PartitionNode]:
+    """Every (partition, node) pair of the cluster, whatever the node's state: a node down now may
+    be back by the time a job would start."""
+    out = run_slurm(["sinfo", "-h", "-N", "-o", "%P|%N|%c|%G|%m"]).stdout
+    nodes = []
+    for line in filter(None, out.splitlines()):
+        partition, name, cpus, gres, mem = line.split("|")
+        gpus = sum(int(m.group(1)) for m in re.finditer(r"gpu(?::[^:(,]+)?:(\d+)", gres))
+        nodes.append(PartitionNode(partition=partition.rstrip("*"), name=name, cpus=int(cpus.rstrip("+")),
+                                   gpus=gpus, mem_mb=int(mem.rstrip("+") or 0), default=partition.endswith("*")))
+    return nodes

@@ -43,6 +43,8 @@ def dry_run_script(config: Config) -> str:
 
 def launch(config: Config) -> LaunchResult:
     check_loop_inputs(config, Path.cwd())
+    if config.cluster.backend == "slurm":
+        check_fits(config)
     run = RunDir.create(Path(config.run.output_root), config.run.name)
     run.config_file.write_text(dump_config(config))
     submit = _submit_slurm if config.cluster.backend == "slurm" else _submit_local
@@ -71,6 +73,15 @@ def check_loop_inputs(config: Config, launch_dir: Path) -> None:
     for field, relative in (("rollout.tasks", rollout.tasks), ("rollout.verifier", rollout.verifier.split(":")[0])):
         if not (launch_dir / relative).is_file():
             raise UserError(f"{field}: {launch_dir / relative} does not exist")
+
+
+def check_fits(config: Config) -> None:
+    """Refuses, before anything is submitted, an allocation the cluster can never grant."""
+    from gyrectl.cluster.slurm_cli import partition_nodes
+    from gyrectl.launch.fit import fit_problems
+
+    if problems := fit_problems(config, partition_nodes()):
+        raise UserError("; ".join(problems) + " (nothing was submitted)")
 
 
 def _submit_slurm(config: Config, run: RunDir) -> str:

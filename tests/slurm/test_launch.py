@@ -98,3 +98,14 @@ def test_a_job_waiting_for_nodes_is_pending(cli, tmp_path: Path) -> None:
     finally:
         subprocess.run(["scancel", first["job_id"], second["job_id"]], check=True)
     _wait_for(lambda: _status(cli, second["run_dir"])["job"]["state"] == "ended", what="pending job cancelled")
+
+
+def test_an_allocation_the_cluster_cannot_grant_is_refused_before_submission(cli, tmp_path: Path) -> None:
+    before = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, check=True).stdout
+    result = cli("launch", "configs/slurm-local.yaml", "--set", f"run.output_root={tmp_path}",
+                 "--set", "cluster.nodes=5")  # 5 workers + the head on a 5-node cluster
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "cluster.nodes" in result.stderr and "nothing was submitted" in result.stderr
+    assert not (tmp_path / "slurm-local").exists()
+    after = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, check=True).stdout
+    assert after == before
