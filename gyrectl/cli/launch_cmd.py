@@ -2,55 +2,79 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Optional
 
 import typer
 
-from gyrectl.cli.options import ConfigArg, JsonOpt, SetOpt
+from gyrectl.cli.options import DEFAULT_ROOT, JsonOpt, RootOpt, SetOpt
 from gyrectl.cli.progress import wait_for_end
 from gyrectl.cli.render import emit_json, out
 from gyrectl.config import load_config
 from gyrectl.launch.rundir import RunDir
-from gyrectl.launch.submit import dry_run_script, launch as launch_run
+from gyrectl.errors import UserError
+from gyrectl.launch.submit import dry_run_script, launch as launch_run, resume_run
 
 
 def launch(
-    config: ConfigArg,
+    config: Annotated[Optional[Path], typer.Argument(help="YAML config file (see configs/); not with --resume.",
+                                                     show_default=False)] = None,
     set_: SetOpt = [],  # noqa: B006
+    resume: Annotated[Optional[str], typer.Option(
+        "--resume", metavar="RUN", help="Continue a run that ended before completing (cancelled, time limit, its "
+                                        "head killed): a new job takes over from the run's journal.")] = None,
+    root: RootOpt = DEFAULT_ROOT,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the exact sbatch script; submit nothing.")] = False,
     wait: Annotated[bool, typer.Option("--wait", help="Block until the run ends, showing its progress; "
                                                        "exit 0 only if it completed.")] = False,
     json_: JsonOpt = False,
 ) -> None:
-    """Create a run directory and start the run (Slurm job or local head process).
+    """Create a run directory and start the run (Slurm job or local head process), or continue one.
 
     On Slurm this submits one heterogeneous job through submitit: component 0 runs the head
-    (coordinator), component 1 is the worker pool. With the local backend the head runs as a
-    process on this machine with virtual nodes and, when the config names a model and a harness,
-    runs the whole RL loop there (vLLM servers, harnesses, torchrun steps, live weight sync).
+    (coordinator, gateway, agent harnesses), component 1 is the worker pool whose nodes the head
+    moves between vLLM server steps and torchrun training steps. With the local backend the head
+    runs as a process on this machine with virtual nodes. Either runs the whole RL loop when the
+    config names a model and a harness.
+
+    --resume RUN submits a new head for an existing run: it replays the run's journal, keeps every
+    finished trajectory and trained step, and runs again what was in flight.
 
     Examples:
 
       gyrectl launch configs/local-tiny.yaml --wait
 
-      gyrectl launch configs/slurm-local.yaml --set cluster.nodes=4 --json
+      gyrectl launch configs/slurm-tiny.yaml --set cluster.nodes=4 --json
 
       gyrectl launch configs/example-32nodes.yaml --dry-run
+
+      gyrectl launch --resume slurm-tiny
     """
-    cfg = load_config(config, set_)
-    if dry_run:
-        if cfg.cluster.backend != "slurm":
-            out.print("# local backend: nothing is submitted; the head runs as "
-                      "`python -m gyrectl.launch.head RUN_DIR` on this machine", highlight=False)
+    if (config is None) == (resume is None):
+        raise UserError("give a config file to start a run, or --resume RUN to continue one (not both)")
+    if resume is not None:
+        if set_ or dry_run:
+            raise UserError("--resume continues a run with the config it started with; --set and --dry-run do not apply")
+        result = resume_run(RunDir.open(resume, output_root=root))
+        name = result.run_dir.name
+    else:
+        assert config is not None
+        cfg = load_config(config, set_)
+        if dry_run:
+            if cfg.cluster.backend != "slurm":
+                out.print("# local backend: nothing is submitted; the head runs as "
+                          "`python -m gyrectl.launch.head RUN_DIR` on this machine", highlight=False)
+                return
+            typer.echo(dry_run_script(cfg), nl=False)
             return
-        typer.echo(dry_run_script(cfg), nl=False)
-        return
-    result = launch_run(cfg)
+        result = launch_run(cfg)
+        name = cfg.run.name
     if json_:
         emit_json({"run_dir": str(result.run_dir), "job_id": result.job_id, "backend": result.backend,
                    "layout": result.layout})
     else:
-        out.print(f"[green]launched[/] {cfg.run.name}: job {result.job_id} ({result.backend})\n"
+        verb = "resumed" if resume is not None else "launched"
+        out.print(f"[green]{verb}[/] {name}: job {result.job_id} ({result.backend})\n"
                   f"  run directory  {result.run_dir}\n"
                   f"  watch it with  gyrectl status {result.run_dir} --watch", highlight=False)
     if wait:

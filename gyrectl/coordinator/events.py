@@ -103,6 +103,17 @@ class TrainRetried:
 
 
 @dataclass(frozen=True)
+class Resumed:
+    """A new head took over the run (``launch --resume``, or Slurm requeued the job): the old
+    allocation's steps are gone, so every cell starts over idle, and a training step that was
+    running gives its executions back to the buffer to be trained again from the same weights.
+    Executions that were running are run again by the new head under the same sequence numbers."""
+
+    at: float
+    job_id: str = ""
+
+
+@dataclass(frozen=True)
 class SyncStarted:
     cell: int
     version: int
@@ -117,7 +128,7 @@ class WeightsSynced:
 
 
 Event = (Dispatched | Started | Finished | PhaseChanged | TrainStarted | TrainExtended | TrainEnded
-         | StepFailed | TrainRetried | SyncStarted | WeightsSynced)
+         | StepFailed | TrainRetried | Resumed | SyncStarted | WeightsSynced)
 
 
 def _with_cell(state: CoordinatorState, cell_id: int, **changes: Any) -> CoordinatorState:
@@ -169,7 +180,8 @@ def _train_started(state: CoordinatorState, e: TrainStarted) -> CoordinatorState
         cells[cell] = dataclasses.replace(cells[cell], step_id=step_id)
     return dataclasses.replace(state, buffer=buffer, cells=CellTable(cells), trained=state.trained + executions,
                                staleness=tuple(sorted(staleness.items())),
-                               train=TrainStep(index=e.index, cells=e.cells, executions=executions, started_at=e.at))
+                               train=TrainStep(index=e.index, cells=e.cells, executions=executions, started_at=e.at,
+                                               take=e.take))
 
 
 def _train_extended(state: CoordinatorState, e: TrainExtended) -> CoordinatorState:
@@ -200,6 +212,20 @@ def _train_retried(state: CoordinatorState, e: TrainRetried) -> CoordinatorState
                                train=dataclasses.replace(state.train, attempt=state.train.attempt + 1))
 
 
+def _resumed(state: CoordinatorState, e: Resumed) -> CoordinatorState:
+    cells = CellTable(dataclasses.replace(c, phase=Phase.IDLE, since=e.at, step_id="", syncing=False)
+                      for c in state.cells)  # a new allocation: lost nodes are replaced too
+    state = dataclasses.replace(state, cells=cells)
+    if state.train is None:
+        return state
+    buffer, staleness = state.buffer, dict(state.staleness)
+    for batch, version, count in state.train.take:
+        buffer = _add_to_buffer(buffer, batch, version, count)
+        staleness[state.train.index - version] -= count
+    return dataclasses.replace(state, buffer=buffer, trained=state.trained - state.train.executions, train=None,
+                               staleness=tuple(sorted((k, n) for k, n in staleness.items() if n)))
+
+
 def _sync_started(state: CoordinatorState, e: SyncStarted) -> CoordinatorState:
     return _with_cell(state, e.cell, syncing=True)
 
@@ -211,7 +237,7 @@ def _weights_synced(state: CoordinatorState, e: WeightsSynced) -> CoordinatorSta
 _APPLY: dict[type, Callable[[CoordinatorState, Any], CoordinatorState]] = {
     Dispatched: _dispatched, Started: _started, Finished: _finished, PhaseChanged: _phase_changed,
     TrainStarted: _train_started, TrainExtended: _train_extended, TrainEnded: _train_ended,
-    StepFailed: _step_failed, TrainRetried: _train_retried,
+    StepFailed: _step_failed, TrainRetried: _train_retried, Resumed: _resumed,
     SyncStarted: _sync_started, WeightsSynced: _weights_synced,
 }
 _BY_NAME = {cls.__name__: cls for cls in _APPLY}

@@ -129,6 +129,8 @@ class TrainStep:
     started_at: float
     attempt: int = 0
     """How many times the step was started again after failing (0: the first run)."""
+    take: tuple[tuple[int, int, int], ...] = ()
+    """The buffered executions it took, ``(batch, version, count)`` (given back if it is abandoned)."""
 
 
 @dataclass(frozen=True)

@@ -87,13 +87,14 @@ def run_head(run_path: str) -> str:
             error, completed = f"{type(exc).__name__}: {exc}", False
         finally:
             cluster.close()
-        if error:
+        if ended_by and not completed:
+            # Slurm signals the whole job at once: steps dying under the head in its last seconds
+            # are the cancellation's doing, not a failure of the run.
+            reason, error = {"SIGTERM": "cancelled", "SIGINT": "interrupted", "SIGUSR2": "time_limit"}[ended_by[0]], ""
+        elif error:
             reason = "failed"
-        elif completed:
-            reason = "completed"
         else:
-            reason = {"SIGTERM": "cancelled", "SIGINT": "interrupted", "SIGUSR2": "time_limit"}.get(
-                ended_by[0] if ended_by else "", "stopped")
+            reason = "completed" if completed else "stopped"
         journal.append({"event": "head_ended", "at": time.time(), "reason": reason, "error": error})
     return reason
 

@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Callable
+from functools import reduce
 from pathlib import Path
 
 from gyrectl.capture.store import CaptureWriter
 from gyrectl.cluster.base import Cluster
 from gyrectl.config.schema import Config
 from gyrectl.coordinator.actuator import Actuator, cells_of
-from gyrectl.coordinator.events import Event, PhaseChanged
-from gyrectl.coordinator.journal import Journal
+from gyrectl.coordinator.events import Event, PhaseChanged, Resumed, apply
+from gyrectl.coordinator.journal import Journal, read_events
 from gyrectl.coordinator.loop import run_coordinator
 from gyrectl.coordinator.state import CoordinatorState, initial_state, limits_from_config
 from gyrectl.coordinator.steps import step_factory
@@ -30,11 +32,13 @@ from gyrectl.gateway.settings import GatewaySettings
 from gyrectl.launch.rundir import RunDir
 from gyrectl.rollout.harnesses import HarnessRunner
 from gyrectl.rollout.live import CellServer, LiveRollouts
+from gyrectl.rollout.resume import carry_over
 from gyrectl.rollout.reward import load_verifier
 from gyrectl.rollout.server import served_model_name, server_url
 from gyrectl.rollout.tasks import load_tasks
 from gyrectl.rollout.weights import HttpWeightSync
 from gyrectl.scheduler import POLICIES
+from gyrectl.store.jsonl import read_records
 
 
 class NodeRoles:
@@ -65,7 +69,8 @@ def runnable(config: Config) -> bool:
 def run_loop(*, run: RunDir, config: Config, cluster: Cluster, table: list[dict[str, object]],
              launch_dir: Path, stopped: Callable[[], bool]) -> CoordinatorState:
     """Runs the coordinator until the configured steps are trained or ``stopped()``; returns its
-    final state. (Resuming a stopped run from its journal is the end-to-end issue's.)"""
+    final state. A journal that already holds events is a run to continue (``launch --resume``,
+    a requeued job): the state is replayed from it and the work in flight carried over."""
     tasks = load_tasks(launch_dir / config.rollout.tasks)
     verifier = load_verifier(config.rollout.verifier, launch_dir)
     _link_initial_weights(run, config, launch_dir)
@@ -92,8 +97,16 @@ def run_loop(*, run: RunDir, config: Config, cluster: Cluster, table: list[dict[
     actuator = Actuator(cluster=cluster, gateway=rollouts, clock=rollouts, steps=steps,
                         nodes_per_cell=config.cells.nodes_per_cell)
     try:
+        past = read_events(run.journal_file)
         with Journal(run.journal_file) as journal:
-            return run_coordinator(state=initial_state(limits_from_config(config)), decide=POLICIES[config.scheduler.policy], actuator=actuator,
+            state = reduce(apply, past, initial_state(limits_from_config(config)))
+            if past:  # a run another head began: take it over where the journal says it was
+                resumed = Resumed(at=time.time(), job_id=os.environ.get("SLURM_JOB_ID", ""))
+                state = apply(state, resumed)
+                journal.append(resumed)
+                carried = carry_over(past, read_records(run.executions_file), completed_steps=state.version)
+                rollouts.take_over(carried, resume=sum(isinstance(e, Resumed) for e in past) + 1)
+            return run_coordinator(state=state, decide=POLICIES[config.scheduler.policy], actuator=actuator,
                                    journal=NodeRoles(run, journal, table, cell_nodes),
                                    now=rollouts.now, stop=lambda s: s.done or stopped())
     finally:

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gyrectl.config import dump_config
+from gyrectl.config import dump_config, load_config
 from gyrectl.config.schema import Config
 from gyrectl.errors import RuntimeFailure, UserError
 from gyrectl.launch.rundir import RunDir
@@ -54,6 +54,29 @@ def launch(config: Config) -> LaunchResult:
     run.write_json(run.job_file, {"job_id": job_id, "backend": result.backend, "layout": result.layout,
                                   "submitted_at": time.time()})
     return result
+
+
+def resume_run(run: RunDir) -> LaunchResult:
+    """Submits a new head for ``run``, which takes over from its journal (``run_loop``)."""
+    from gyrectl.launch.status import job_view
+
+    config = load_config(run.config_file)
+    job = job_view(run)
+    if job.state in ("pending", "running"):
+        raise UserError(f"{run.name} is still {job.state} (job {job.id}); stop it first: gyrectl stop {run.path}")
+    if job.reason == "completed":
+        raise UserError(f"{run.name} already completed; nothing to resume")
+    check_loop_inputs(config, Path.cwd())
+    if config.cluster.backend == "slurm":
+        check_fits(config)
+    run.stop_file.unlink(missing_ok=True)
+    submit = _submit_slurm if config.cluster.backend == "slurm" else _submit_local
+    job_id = submit(config, run)
+    previous = run.read_json(run.job_file) or {}
+    run.write_json(run.job_file, {"job_id": job_id, "backend": config.cluster.backend, "layout": config.cluster.layout,
+                                  "submitted_at": time.time(),
+                                  "previous_jobs": [*previous.get("previous_jobs", []), previous.get("job_id")]})
+    return LaunchResult(run_dir=run.path, job_id=job_id, backend=config.cluster.backend, layout=config.cluster.layout)
 
 
 def check_loop_inputs(config: Config, launch_dir: Path) -> None:

@@ -17,6 +17,7 @@ run goes on, but it is left out of the batch file: never trained, never a zero r
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Sequence
@@ -29,6 +30,7 @@ from gyrectl.gateway.background import BackgroundGateway
 from gyrectl.launch.rundir import RunDir
 from gyrectl.rollout.harnesses import HarnessExit, HarnessRunner
 from gyrectl.rollout.http import ServerCallError, get
+from gyrectl.rollout.resume import CarriedOver
 from gyrectl.rollout.reward import Verifier, score_execution
 from gyrectl.rollout.sync import WeightSync
 from gyrectl.rollout.tasks import assign
@@ -66,6 +68,19 @@ class LiveRollouts:
         self._outbox: list[Event] = []
         self._lock = threading.Lock()  # the outbox is shared with weight-sync threads
         self._sync_error: str | None = None
+
+    def take_over(self, carried: CarriedOver, *, resume: int) -> None:
+        """Continues a run another head started (``resume``: how many heads came before this
+        one): next sequence numbers follow the journal's, finished executions wait for training,
+        and the executions that were running start again from scratch under new ids."""
+        self._next_seq = carried.next_seq
+        self._done = [_Done(r["seq"], r["execution"], r["weight_version"], r["status"] == "ok", r)
+                      for r in carried.finished]
+        for seq, version in carried.running:
+            again = assign(seq, self._tasks, executions_per_task=self._per_task)
+            again = dataclasses.replace(again, execution=f"{again.execution}-r{resume}")
+            self._harnesses.start(again, base_url=self._gateway.base_url(again.execution))
+            self._version_of[seq] = version
 
     # -- RolloutGateway --------------------------------------------------------------------
     def dispatch(self, *, count: int, version: int) -> None:
