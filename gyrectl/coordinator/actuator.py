@@ -60,11 +60,11 @@ class Actuator:
                                      weight_version=state.cells[cell].weight_version)]
             case StartTrain(index=index, cells=cells, take=take):
                 self._gateway.claim(index=index, take=take)
-                step_ids = tuple(self._start_member(c, index, members=len(cells)) for c in cells)
+                step_ids = tuple(self._start_member(c, index, members=cells) for c in cells)
                 return [TrainStarted(index=index, cells=cells, take=take, at=now, step_ids=step_ids)]
             case ExtendTrain(cell=cell):
                 assert state.train is not None
-                member = self._start_member(cell, state.train.index, members=len(state.train.cells) + 1)
+                member = self._start_member(cell, state.train.index, members=state.train.cells + (cell,))
                 return [TrainExtended(cell=cell, at=now, step_id=member)]
             case SyncWeights(cell=cell, version=version):
                 self._gateway.sync_weights(cell, version)
@@ -146,7 +146,7 @@ class Actuator:
                                          at=now))
             elif not status.state.ended:
                 self._cluster.stop_step(status.step_id, grace_s=0.0)  # the rest of a broken rendezvous
-        step_ids = tuple(self._start_member(c, train.index, members=len(train.cells), attempt=train.attempt + 1)
+        step_ids = tuple(self._start_member(c, train.index, members=train.cells, attempt=train.attempt + 1)
                          for c in train.cells)
         return events + [TrainRetried(index=train.index, at=self._clock.now(), step_ids=step_ids)]
 
@@ -155,6 +155,8 @@ class Actuator:
         return PhaseChanged(cell=cell, phase=phase, at=now, step_id=self._cluster.start_step(spec),
                             weight_version=version)
 
-    def _start_member(self, cell: int, index: int, *, members: int, attempt: int = 0) -> str:
-        return self._cluster.start_step(self._steps.train_member(cell=cell, nodes=self.cell_nodes[cell], index=index,
-                                                                 members=members, attempt=attempt))
+    def _start_member(self, cell: int, index: int, *, members: tuple[int, ...], attempt: int = 0) -> str:
+        """Cell ``cell``'s member of step ``index``, whose member cells are ``members``."""
+        spec = self._steps.train_member(cell=cell, nodes=self.cell_nodes[cell], index=index, members=len(members),
+                                        rendezvous_host=self.cell_nodes[members[0]][0], attempt=attempt)
+        return self._cluster.start_step(spec)

@@ -36,14 +36,15 @@ class StepFactory:
         return StepSpec(name=name, nodes=nodes, command=server.command, env=env, cpus_per_node=self.cpus_per_node,
                         gpus_per_node=self.gpus_per_node, log_path=self.run.logs_dir / f"{name}.log")
 
-    def train_member(self, *, cell: int, nodes: tuple[str, ...], index: int, members: int,
+    def train_member(self, *, cell: int, nodes: tuple[str, ...], index: int, members: int, rendezvous_host: str,
                      attempt: int = 0) -> StepSpec:
-        """Cell ``cell``'s part of training step ``index``, one of ``members`` member cells;
-        ``attempt`` counts the step's runs after a failure (each gets a fresh rendezvous)."""
+        """Cell ``cell``'s part of training step ``index``, one of ``members`` member cells that
+        all meet at ``rendezvous_host`` (a node of the step's first cell); ``attempt`` counts the
+        step's runs after a failure (each gets a fresh rendezvous)."""
         env = {"GYRECTL_ROLE": "train", "GYRECTL_CELL": str(cell), "GYRECTL_TRAIN_STEP": str(index),
                "GYRECTL_BATCH": f"batch-{index}"}
         name = f"train-step{index}-cell{cell}"
-        command = self._torchrun(index, attempt=attempt, members=members, rendezvous_host=nodes[0])
+        command = self._torchrun(index, attempt=attempt, members=members, rendezvous_host=rendezvous_host)
         return StepSpec(name=name, nodes=nodes, command=command, env=env,
                         cpus_per_node=self.cpus_per_node, gpus_per_node=self.gpus_per_node,
                         log_path=self.run.logs_dir / f"{name}.log")
