@@ -100,6 +100,11 @@ def render(view: RunView) -> Group:
     parts: list[object] = [head, table("nodes", ["node", "het group", "GPUs", "CPUs", "address", "role"], rows)]
     if view.cells:
         parts.append(_cells_table(view))
+    if view.servers and view.job.state == "running":
+        parts.append(table(f"rollout servers at {_clock(view.servers_at or 0)}",
+                           ["server", "state", "gateway calls", "engine running", "engine waiting", "weights"],
+                           [(s["name"], s["state"], s["gateway_calls"], _count(s["running"]), _count(s["waiting"]),
+                             "" if s["weight_version"] is None else f"v{s['weight_version']}") for s in view.servers]))
     if view.moves:
         parts.append(table("recent moves", ["cell", "from", "to", "at", "seconds"],
                            [(m["cell"], m["from"], m["to"], _clock(m["at"]),
@@ -126,6 +131,10 @@ def _cells_table(view: RunView) -> object:
              _clock(c["since"]), "" if c["weight_version"] is None else f"v{c['weight_version']}")
             for c in view.cells]
     return table(title, ["cell", "nodes", "role", "phase", "since", "weights"], rows)
+
+
+def _count(value: int | None) -> str:
+    return "-" if value is None else str(value)
 
 
 def _clock(at: float) -> str:

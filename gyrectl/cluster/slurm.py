@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from collections.abc import Mapping, Sequence
 
 from gyrectl.cluster.base import Cluster, Node, StepSpec, StepStatus
 from gyrectl.cluster.processes import ProcessSteps
 from gyrectl.cluster.slurm_cli import expand_hostlist, job_steps, parse_cpus_per_node, parse_key_values, run_slurm
 from gyrectl.errors import RuntimeFailure
+from gyrectl.launch.templates import render_template
 
 WORKER_GROUP = 1
 EXIT_WAIT_S = 15.0
@@ -61,15 +63,15 @@ def _node_address(name: str) -> str:
 
 
 def srun_argv(spec: StepSpec, *, het_group: int | None, step_name: str | None = None) -> list[str]:
-    """``srun`` for one role step: exact resources, explicit nodes, one task per node."""
-    argv = ["srun", "--exact", f"--nodes={len(spec.nodes)}", f"--ntasks={len(spec.nodes)}",
-            "--ntasks-per-node=1", f"--cpus-per-task={spec.cpus_per_node}", f"--nodelist={','.join(spec.nodes)}",
-            f"--job-name={step_name or spec.name}", "--kill-on-bad-exit=1"]
-    if het_group is not None:
-        argv.insert(1, f"--het-group={het_group}")
-    if spec.gpus_per_node:
-        argv.append(f"--gres=gpu:{spec.gpus_per_node}")
-    return [*argv, *spec.command]
+    """``srun`` for one role step (``slurm_templates/step.srun``): exact resources, explicit
+    nodes, one task per node, then the step's command."""
+    text = render_template(
+        "step.srun", het_group=f"--het-group={het_group}" if het_group is not None else "",
+        num_nodes=str(len(spec.nodes)), cpus_per_node=str(spec.cpus_per_node),
+        gres=f"--gres=gpu:{spec.gpus_per_node}" if spec.gpus_per_node else "",
+        nodelist=shlex.quote(",".join(spec.nodes)), step_name=shlex.quote(step_name or spec.name))
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
+    return [*shlex.split(" ".join(lines)), *spec.command]
 
 
 class SlurmCluster(Cluster):

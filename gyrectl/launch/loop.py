@@ -32,6 +32,7 @@ from gyrectl.gateway.settings import GatewaySettings
 from gyrectl.launch.rundir import RunDir
 from gyrectl.rollout.harnesses import HarnessRunner
 from gyrectl.rollout.live import CellServer, LiveRollouts
+from gyrectl.rollout.load import LoadPublisher
 from gyrectl.rollout.resume import carry_over
 from gyrectl.rollout.reward import load_verifier
 from gyrectl.rollout.server import served_model_name, server_url
@@ -80,6 +81,7 @@ def run_loop(*, run: RunDir, config: Config, cluster: Cluster, table: list[dict[
     # restarts, or while every cell is between roles, harnesses see a slow call, not an error.
     settings = GatewaySettings(token=token, models=(served,), server_wait_s=config.rollout.execution_time_limit_s)
     gateway = BackgroundGateway(settings, sink=writer)
+    load = LoadPublisher(run, gateway)
     steps = step_factory(config, run=run)
     nodes = list(cluster.discover())
     cell_nodes = cells_of(nodes, config.cells.nodes_per_cell)
@@ -111,6 +113,7 @@ def run_loop(*, run: RunDir, config: Config, cluster: Cluster, table: list[dict[
                                    now=rollouts.now, stop=lambda s: s.done or stopped())
     finally:
         rollouts.close()
+        load.close()
         gateway.close()
         writer.close()
 

@@ -105,6 +105,11 @@ class RunDir:
         return self.path / "metrics.jsonl"
 
     @property
+    def servers_file(self) -> Path:
+        """The rollout servers' load as the head last saw it (``servers.json``)."""
+        return self.path / "servers.json"
+
+    @property
     def logs_dir(self) -> Path:
         return self.path / "logs"
 

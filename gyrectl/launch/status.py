@@ -58,11 +58,16 @@ class RunView:
     """``dispatched``, ``in_flight``, ``finished``, ``trained`` executions so far."""
     training: dict[str, Any] | None = None
     """The training step under way: ``index``, ``cells``, ``executions``, ``started_at``."""
+    servers: list[dict[str, Any]] = field(default_factory=list)
+    """The rollout servers' load as the head last published it (``gyrectl.rollout.load``)."""
+    servers_at: float | None = None
+    """When the head published ``servers``."""
 
     def to_json(self) -> dict[str, Any]:
         return {"run_dir": self.run_dir, "name": self.name, "job": self.job.__dict__, "nodes": self.nodes,
                 "note": self.note, "steps": self.steps, "total_steps": self.total_steps, "cells": self.cells,
-                "moves": self.moves, "executions": self.executions, "training": self.training}
+                "moves": self.moves, "executions": self.executions, "training": self.training,
+                "servers": self.servers, "servers_at": self.servers_at}
 
 
 def fold_slurm_state(states: list[str]) -> str:
@@ -141,8 +146,10 @@ def run_view(run: RunDir) -> RunView:
     note = "" if nodes else "the head has not written the node table yet (job pending or starting)"
     if nodes and all(n.get("role") == "idle" for n in nodes):
         note = "all nodes idle: no coordinator assigns roles yet"
+    load = run.read_json(run.servers_file) or {}
     view = RunView(run_dir=str(run.path), name=run.name, job=job_view(run), nodes=nodes or [], note=note,
-                   steps=finished_steps(run), total_steps=_configured_steps(run))
+                   steps=finished_steps(run), total_steps=_configured_steps(run),
+                   servers=load.get("servers", []), servers_at=load.get("at"))
     return _with_coordinator(view, run, nodes or [])
 
 

@@ -34,7 +34,12 @@ def get(url: str, *, timeout_s: float) -> Any:
     return _call(urllib.request.Request(url, method="GET"), timeout_s)
 
 
-def _call(request: urllib.request.Request, timeout_s: float) -> Any:
+def get_text(url: str, *, timeout_s: float) -> str:
+    """A GET whose answer is text (a Prometheus ``/metrics`` page), not JSON."""
+    return _call(urllib.request.Request(url, method="GET"), timeout_s, as_text=True)
+
+
+def _call(request: urllib.request.Request, timeout_s: float, *, as_text: bool = False) -> Any:
     method, url = request.get_method(), request.full_url
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as reply:
@@ -44,4 +49,6 @@ def _call(request: urllib.request.Request, timeout_s: float) -> Any:
         raise ServerCallError(method, url, f"HTTP {err.code}: {detail}", status=err.code) from None
     except OSError as err:  # refused, reset, or no answer within timeout_s (TimeoutError)
         raise ServerCallError(method, url, f"{type(err).__name__}: {err}") from None
+    if as_text:
+        return text.decode(errors="replace")
     return json.loads(text) if text.strip() else None

@@ -72,3 +72,10 @@ def test_no_execution_lost_or_trained_twice(finished) -> None:
     assert set(trained) <= {r["execution"] for r in records}
     assert view["executions"]["trained"] == len(trained)
     assert not [e for e in events(run_dir) if isinstance(e, StepFailed)], "a clean run has no failed step"
+
+
+def test_status_shows_the_servers_load_the_head_published(finished) -> None:
+    _, view = finished
+    servers = {s["name"]: s for s in view["servers"]}
+    assert "cell0" in servers and view["servers_at"]
+    assert set(servers["cell0"]) >= {"state", "gateway_calls", "running", "waiting", "weight_version"}
