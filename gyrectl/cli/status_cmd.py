@@ -96,6 +96,10 @@ def render(view: RunView) -> Group:
     detail = f" ({job.slurm_state})" if job.slurm_state else ""
     reason = f", {job.reason}" if job.reason else ""
     head = f"[bold]{view.name}[/]  job {job.id} on {job.backend}: [{colour}]{job.state}[/]{detail}{reason}\n{view.run_dir}"
+    if job.components:  # Slurm's own view of each component
+        head += "\nSlurm: " + "; ".join(f"{c['id']} {c['state']} on {c['nodes'] or '-'}" for c in job.components)
+    if job.error:
+        head += f"\n[red]{job.error}[/]"
     rows = [(n["name"], n["het_group"], n["gpus"], n["cpus"], n.get("address", ""), n["role"]) for n in view.nodes]
     parts: list[object] = [head, table("nodes", ["node", "het group", "GPUs", "CPUs", "address", "role"], rows)]
     if view.cells:

@@ -115,8 +115,9 @@ def _slurm_job_view(run: RunDir, job_id: str) -> JobView:
     state = fold_slurm_state(states)
     waiting_on = "" if components[0].reason == "None" else components[0].reason
     reason = (head_end_reason(run) or components[0].state.lower()) if state == "ended" else waiting_on
+    error = str(_head_ended(run).get("error", "")) if state == "ended" else ""
     return JobView(id=job_id, backend="slurm", state=state, slurm_state=",".join(states), reason=reason,
-                   components=[{"id": c.job_id, "state": c.state, "nodes": c.nodes} for c in components])
+                   components=[{"id": c.job_id, "state": c.state, "nodes": c.nodes} for c in components], error=error)
 
 
 def _local_job_view(run: RunDir, job_id: str) -> JobView:
