@@ -58,6 +58,7 @@ def main() -> None:
     parser.add_argument("--model", type=Path, default=REPO / "models/tiny")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--switch-only", action="store_true", help="Skip the end-to-end runs.")
     args = parser.parse_args()
     model = args.model.resolve()
 
@@ -76,6 +77,8 @@ def main() -> None:
         print(f"| {direction} | **coordination ({' + '.join(coordination[direction])})** | "
               f"**{statistics.median(total):.3f}** | {max(total):.3f} |")
 
+    if args.switch_only:
+        return
     print(f"\n### End to end, {args.steps} steps of configs/slurm-tiny.yaml\n")
     results = [end_to_end(model, policy, args.steps) for policy in ("elastic", "colocate")]
     print("| policy | run (s) | per step after the first (s) |\n|---|---:|---:|")

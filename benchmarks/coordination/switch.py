@@ -5,7 +5,7 @@ its second the cell).
 train -> rollout:  stop the training step (scancel) | start the vLLM step (srun until Slurm runs
                    it) | the engine's own start (until /health answers) | back in the gateway
 rollout -> train:  drain at the gateway (a call mid-stream is cut and parked, grace 0) | stop the
-                   vLLM step (scancel TERM, srun gone) | start the torchrun step (srun until Slurm
+                   vLLM step (scancel, srun gone; no grace, as the actuator does once no call runs) | start the torchrun step (srun until Slurm
                    runs it) | torchrun's worker up and its process group formed (probe.py)
 
 Prints one JSON line per round.
@@ -99,7 +99,7 @@ def main() -> None:
             t1 = time.time()
             gateway.call(pool.drain, "cell0", grace_s=0.0)
             t_drained = _until(lambda: all(v.num_inflight == 0 for v in gateway.servers() if v.name == "cell0"))
-            cluster.stop_step(server, grace_s=5.0)
+            cluster.stop_step(server, grace_s=0.0)  # as the actuator stops a drained server
             t_server_gone = time.time()
             probe = StepSpec(name="probe", nodes=(node.name,), cpus_per_node=config.cluster.cpus_per_node,
                              command=(sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=1",
