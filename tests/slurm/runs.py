@@ -14,7 +14,7 @@ from gyrectl.coordinator.journal import read_events
 from gyrectl.store.jsonl import read_records
 
 
-def wait_for(predicate, *, timeout: float, what: str, every: float = 0.5):
+def wait_for(predicate, *, timeout: float = 60.0, what: str = "condition", every: float = 0.3):
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()

@@ -10,17 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from runs import status, wait_for
+
 pytestmark = pytest.mark.usefixtures("slurm_cluster")
-
-
-def _wait_for(predicate, timeout: float = 60.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.3)
 
 
 def _launch(cli, root: Path, *extra: str) -> dict:
@@ -28,12 +20,6 @@ def _launch(cli, root: Path, *extra: str) -> dict:
     result = cli("launch", "configs/slurm-local.yaml", "--json", "--set", f"run.output_root={root}", *extra)
     assert result.returncode == 0, result.stderr
     assert time.monotonic() - started < 20, "launch must return within seconds"
-    return json.loads(result.stdout)
-
-
-def _status(cli, run_dir: str) -> dict:
-    result = cli("status", run_dir, "--json")
-    assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
 
@@ -45,7 +31,7 @@ def test_hetjob_node_table_status_and_scancel(cli, tmp_path: Path) -> None:
     assert sorted(components) == [f"{job_id}+0", f"{job_id}+1"]
 
     nodes_file = Path(run_dir) / "nodes.json"
-    _wait_for(nodes_file.exists, what="the head's node table")
+    wait_for(nodes_file.exists, what="the head's node table")
     nodes = json.loads(nodes_file.read_text())
     heads = [n for n in nodes if n["het_group"] == 0]
     workers = [n for n in nodes if n["het_group"] == 1]
@@ -53,7 +39,7 @@ def test_hetjob_node_table_status_and_scancel(cli, tmp_path: Path) -> None:
     assert {n["name"] for n in nodes} == {f"node{i}" for i in range(1, 6)}
     assert all(n["gpus"] == 2 for n in workers) and all(n["role"] == "idle" for n in nodes)
 
-    view = _status(cli, run_dir)
+    view = status(cli, run_dir)
     assert view["run_dir"] == run_dir
     assert view["job"]["id"] == job_id
     assert (view["job"]["state"], view["job"]["backend"]) == ("running", "slurm")
@@ -64,7 +50,7 @@ def test_hetjob_node_table_status_and_scancel(cli, tmp_path: Path) -> None:
     assert json.loads(by_name.stdout)["run_dir"] == run_dir
 
     subprocess.run(["scancel", job_id], check=True)
-    ended = _wait_for(lambda: (v := _status(cli, run_dir))["job"]["state"] == "ended" and v, what="ended")
+    ended = wait_for(lambda: (v := status(cli, run_dir))["job"]["state"] == "ended" and v, what="ended")
     assert "CANCELLED" in ended["job"]["slurm_state"]
     assert ended["job"]["reason"] == "cancelled"  # the head caught SIGTERM and journaled it
 
@@ -74,9 +60,9 @@ def test_paths_with_spaces_and_quotes_submit_and_run(cli, tmp_path: Path) -> Non
     launched = _launch(cli, root, "--set", "run.name=quoted")
     run_dir = Path(launched["run_dir"])
     assert run_dir == root / "quoted"
-    _wait_for((run_dir / "nodes.json").exists, what="node table under a quoted path")
+    wait_for((run_dir / "nodes.json").exists, what="node table under a quoted path")
     assert cli("stop", str(run_dir)).returncode == 0
-    ended = _wait_for(lambda: (v := _status(cli, str(run_dir)))["job"]["state"] == "ended" and v, what="stop")
+    ended = wait_for(lambda: (v := status(cli, str(run_dir)))["job"]["state"] == "ended" and v, what="stop")
     assert ended["job"]["reason"] == "stopped"
 
 
@@ -91,13 +77,13 @@ def test_a_job_waiting_for_nodes_is_pending(cli, tmp_path: Path) -> None:
     first = _launch(cli, tmp_path / "runs", "--set", "run.name=first")
     second = _launch(cli, tmp_path / "runs", "--set", "run.name=second")  # the cluster holds one such job
     try:
-        _wait_for((Path(first["run_dir"]) / "nodes.json").exists, what="first job running")
-        view = _status(cli, second["run_dir"])
+        wait_for((Path(first["run_dir"]) / "nodes.json").exists, what="first job running")
+        view = status(cli, second["run_dir"])
         assert view["job"]["state"] == "pending" and view["nodes"] == []
         assert "node table" in view["note"]
     finally:
         subprocess.run(["scancel", first["job_id"], second["job_id"]], check=True)
-    _wait_for(lambda: _status(cli, second["run_dir"])["job"]["state"] == "ended", what="pending job cancelled")
+    wait_for(lambda: status(cli, second["run_dir"])["job"]["state"] == "ended", what="pending job cancelled")
 
 
 def test_an_allocation_the_cluster_cannot_grant_is_refused_before_submission(cli, tmp_path: Path) -> None:
