@@ -20,7 +20,8 @@ from collections.abc import Mapping, Sequence
 
 from gyrectl.cluster.base import Cluster, Node, StepSpec, StepStatus
 from gyrectl.cluster.processes import ProcessSteps
-from gyrectl.cluster.slurm_cli import expand_hostlist, job_steps, parse_cpus_per_node, parse_key_values, run_slurm
+from gyrectl.cluster.slurm_cli import (expand_hostlist, gres_gpus, job_steps, parse_cpus_per_node, parse_key_values,
+                                       run_slurm)
 from gyrectl.errors import RuntimeFailure
 from gyrectl.launch.templates import render_template
 
@@ -52,9 +53,8 @@ def _gpus_per_node(job_id: str) -> dict[str, int]:
     text = run_slurm(["scontrol", "show", "job", "-d", job_id]).stdout
     gpus: dict[str, int] = {}
     for match in re.finditer(r"Nodes=(\S+)\s.*?GRES=(\S*)", text):
-        count = sum(int(m.group(1)) for m in re.finditer(r"gpu(?::[^:(,]+)?:(\d+)", match.group(2)))
         for name in expand_hostlist(match.group(1)):
-            gpus[name] = count
+            gpus[name] = gres_gpus(match.group(2))
     return gpus
 
 

@@ -62,6 +62,11 @@ def parse_cpus_per_node(text: str) -> list[int]:
     return counts
 
 
+def gres_gpus(gres: str) -> int:
+    """GPUs in a GRES string: ``gpu:2``, ``gpu:a100:4(IDX:0-3)``, ``gpu:2,shard:8`` -> 2, 4, 2."""
+    return sum(int(m.group(1)) for m in re.finditer(r"gpu(?::[^:(,]+)?:(\d+)", gres))
+
+
 def parse_key_values(text: str) -> dict[str, str]:
     """``scontrol show ...`` output (``Key=Value`` pairs, values without spaces) -> dict."""
     pairs: dict[str, str] = {}
@@ -144,7 +149,6 @@ def partition_nodes() -> list[PartitionNode]:
     nodes = []
     for line in filter(None, out.splitlines()):
         partition, name, cpus, gres, mem = line.split("|")
-        gpus = sum(int(m.group(1)) for m in re.finditer(r"gpu(?::[^:(,]+)?:(\d+)", gres))
         nodes.append(PartitionNode(partition=partition.rstrip("*"), name=name, cpus=int(cpus.rstrip("+")),
-                                   gpus=gpus, mem_mb=int(mem.rstrip("+") or 0), default=partition.endswith("*")))
+                                   gpus=gres_gpus(gres), mem_mb=int(mem.rstrip("+") or 0), default=partition.endswith("*")))
     return nodes

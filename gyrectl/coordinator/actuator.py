@@ -30,14 +30,18 @@ killing its steps is not a fault worth retrying forever)."""
 
 def cells_of(nodes: Sequence[Node], nodes_per_cell: int) -> list[tuple[str, ...]]:
     """Worker node names per cell, in node order."""
-    workers = [node.name for node in nodes if node.het_group == 1]
+    return group_cells([node.name for node in nodes if node.het_group == 1], nodes_per_cell)
+
+
+def group_cells(workers: Sequence[str], nodes_per_cell: int) -> list[tuple[str, ...]]:
+    """Consecutive worker nodes, ``nodes_per_cell`` to a cell."""
     return [tuple(workers[i:i + nodes_per_cell]) for i in range(0, len(workers), nodes_per_cell)]
 
 
 class Actuator:
     def __init__(self, *, cluster: Cluster, gateway: RolloutGateway, clock: Clock, steps: StepFactory,
-                 nodes_per_cell: int):
-        self.cell_nodes = cells_of(cluster.discover(), nodes_per_cell)
+                 cell_nodes: Sequence[tuple[str, ...]]):
+        self.cell_nodes = list(cell_nodes)
         self._cluster, self._gateway, self._clock, self._steps = cluster, gateway, clock, steps
 
     def act(self, action: Action, state: CoordinatorState) -> list[Event]:
@@ -127,10 +131,9 @@ class Actuator:
             return self._retry_training(state, statuses, now)
         if not any(status.state is StepState.SUCCEEDED for status in statuses):
             return []
-        statuses = [status.state for status in statuses]
-        for step_id, status in zip(members, statuses, strict=True):
-            if not status.ended:  # a member still joining when the step completed
-                self._cluster.stop_step(step_id, grace_s=0.0)
+        for status in statuses:
+            if not status.state.ended:  # a member still joining when the step completed
+                self._cluster.stop_step(status.step_id, grace_s=0.0)
         return [TrainEnded(index=state.train.index, at=now)]
 
     def _retry_training(self, state: CoordinatorState, statuses: list[StepStatus], now: float) -> list[Event]:

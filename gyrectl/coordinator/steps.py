@@ -15,6 +15,11 @@ from gyrectl.launch.rundir import RunDir
 from gyrectl.rollout.server import rollout_server
 
 
+def batch_name(index: int) -> str:
+    """The name of training step ``index``'s batch (what ``RolloutGateway.claim`` reserves)."""
+    return f"batch-{index}"
+
+
 MAX_TRAIN_ATTEMPTS = 3
 """Runs of one training step before the run fails (each run has a rendezvous port of its own)."""
 
@@ -42,7 +47,7 @@ class StepFactory:
         all meet at ``rendezvous_host`` (a node of the step's first cell); ``attempt`` counts the
         step's runs after a failure (each gets a fresh rendezvous)."""
         env = {"GYRECTL_ROLE": "train", "GYRECTL_CELL": str(cell), "GYRECTL_TRAIN_STEP": str(index),
-               "GYRECTL_BATCH": f"batch-{index}"}
+               "GYRECTL_BATCH": batch_name(index)}
         name = f"train-step{index}-cell{cell}"
         command = self._torchrun(index, attempt=attempt, members=members, rendezvous_host=rendezvous_host)
         return StepSpec(name=name, nodes=nodes, command=command, env=env,

@@ -4,9 +4,8 @@
 
 With a model and a harness configured, the head runs the RL loop (:mod:`gyrectl.launch.loop`) until
 the configured steps are trained (``completed``). Otherwise it holds the allocation with every node
-``idle``. It
-ends on completion, ``gyrectl stop``, ``scancel``, the time limit or a failure; each is written to
-the journal so ``gyrectl status`` can say how the run ended.
+``idle``. It ends on completion, ``gyrectl stop``, ``scancel``, the time limit or a failure; each
+is written to the journal so ``gyrectl status`` can say how the run ended.
 
 Run by hand (local backend): ``python -m gyrectl.launch.head RUN_DIR``.
 """
@@ -73,7 +72,7 @@ def run_head(run_path: str) -> str:
         error = ""
         try:
             if runnable(config):
-                final = run_loop(run=run, config=config, cluster=cluster, table=table, launch_dir=Path.cwd(),
+                final = run_loop(run=run, config=config, cluster=cluster, nodes=nodes, table=table, launch_dir=Path.cwd(),
                                  stopped=lambda: stop.is_set() or run.stop_file.exists())
                 completed = final.done
             else:  # an allocation without a loop to run: hold it until stopped

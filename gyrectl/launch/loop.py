@@ -14,12 +14,12 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import reduce
 from pathlib import Path
 
 from gyrectl.capture.store import CaptureWriter
-from gyrectl.cluster.base import Cluster
+from gyrectl.cluster.base import Cluster, Node
 from gyrectl.config.schema import Config
 from gyrectl.coordinator.actuator import Actuator, cells_of
 from gyrectl.coordinator.events import Event, PhaseChanged, Resumed, apply
@@ -67,7 +67,7 @@ def runnable(config: Config) -> bool:
     return bool(config.model.path and config.rollout.harness_command)
 
 
-def run_loop(*, run: RunDir, config: Config, cluster: Cluster, table: list[dict[str, object]],
+def run_loop(*, run: RunDir, config: Config, cluster: Cluster, nodes: Sequence[Node], table: list[dict[str, object]],
              launch_dir: Path, stopped: Callable[[], bool]) -> CoordinatorState:
     """Runs the coordinator until the configured steps are trained or ``stopped()``; returns its
     final state. A journal that already holds events is a run to continue (``launch --resume``,
@@ -83,7 +83,6 @@ def run_loop(*, run: RunDir, config: Config, cluster: Cluster, table: list[dict[
     gateway = BackgroundGateway(settings, sink=writer)
     load = LoadPublisher(run, gateway)
     steps = step_factory(config, run=run)
-    nodes = list(cluster.discover())
     cell_nodes = cells_of(nodes, config.cells.nodes_per_cell)
     address = {node.name: node.address for node in nodes}
     servers = [CellServer(name=f"cell{cell}", url=server_url(config, cell=cell, address=address[names[0]]))
@@ -96,8 +95,7 @@ def run_loop(*, run: RunDir, config: Config, cluster: Cluster, table: list[dict[
                             executions_per_task=config.rollout.executions_per_task,
                             batch_executions=config.training.batch_executions,
                             verifier=verifier, servers=servers, weight_sync=HttpWeightSync())
-    actuator = Actuator(cluster=cluster, gateway=rollouts, clock=rollouts, steps=steps,
-                        nodes_per_cell=config.cells.nodes_per_cell)
+    actuator = Actuator(cluster=cluster, gateway=rollouts, clock=rollouts, steps=steps, cell_nodes=cell_nodes)
     try:
         past = read_events(run.journal_file)
         with Journal(run.journal_file) as journal:

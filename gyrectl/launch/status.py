@@ -14,6 +14,7 @@ from functools import reduce
 from typing import Any
 
 from gyrectl.config import load_config
+from gyrectl.coordinator.actuator import group_cells
 from gyrectl.coordinator.events import apply
 from gyrectl.coordinator.journal import read_events
 from gyrectl.coordinator.state import initial_state, limits_from_config
@@ -162,9 +163,7 @@ def _with_coordinator(view: RunView, run: RunDir, nodes: list[dict[str, Any]]) -
         return view
     config = load_config(run.config_file)
     state = reduce(apply, events, initial_state(limits_from_config(config)))
-    workers = [str(n["name"]) for n in nodes if n.get("het_group") == 1]
-    per_cell = config.cells.nodes_per_cell
-    cell_nodes = [workers[i:i + per_cell] for i in range(0, len(workers), per_cell)]
+    cell_nodes = group_cells([str(n["name"]) for n in nodes if n.get("het_group") == 1], config.cells.nodes_per_cell)
     training = None if state.train is None else {
         "index": state.train.index, "cells": list(state.train.cells), "executions": state.train.executions,
         "started_at": state.train.started_at}

@@ -42,18 +42,10 @@ def dry_run_script(config: Config) -> str:
 
 
 def launch(config: Config) -> LaunchResult:
-    check_loop_inputs(config, Path.cwd())
-    if config.cluster.backend == "slurm":
-        check_fits(config)
+    _check_before_submitting(config)
     run = RunDir.create(Path(config.run.output_root), config.run.name)
     run.config_file.write_text(dump_config(config))
-    submit = _submit_slurm if config.cluster.backend == "slurm" else _submit_local
-    job_id = submit(config, run)
-    result = LaunchResult(run_dir=run.path, job_id=job_id, backend=config.cluster.backend,
-                          layout=config.cluster.layout)
-    run.write_json(run.job_file, {"job_id": job_id, "backend": result.backend, "layout": result.layout,
-                                  "submitted_at": time.time()})
-    return result
+    return _submit(config, run, previous_jobs=[])
 
 
 def resume_run(run: RunDir) -> LaunchResult:
@@ -66,16 +58,25 @@ def resume_run(run: RunDir) -> LaunchResult:
         raise UserError(f"{run.name} is still {job.state} (job {job.id}); stop it first: gyrectl stop {run.path}")
     if job.reason == "completed":
         raise UserError(f"{run.name} already completed; nothing to resume")
+    _check_before_submitting(config)
+    run.stop_file.unlink(missing_ok=True)
+    previous = run.read_json(run.job_file) or {}
+    return _submit(config, run, previous_jobs=[*previous.get("previous_jobs", []), previous.get("job_id")])
+
+
+def _check_before_submitting(config: Config) -> None:
     check_loop_inputs(config, Path.cwd())
     if config.cluster.backend == "slurm":
         check_fits(config)
-    run.stop_file.unlink(missing_ok=True)
+
+
+def _submit(config: Config, run: RunDir, *, previous_jobs: list[str]) -> LaunchResult:
+    """Submits the head for ``run`` on its backend and records the job in ``job.json``."""
     submit = _submit_slurm if config.cluster.backend == "slurm" else _submit_local
     job_id = submit(config, run)
-    previous = run.read_json(run.job_file) or {}
-    run.write_json(run.job_file, {"job_id": job_id, "backend": config.cluster.backend, "layout": config.cluster.layout,
-                                  "submitted_at": time.time(),
-                                  "previous_jobs": [*previous.get("previous_jobs", []), previous.get("job_id")]})
+    record = {"job_id": job_id, "backend": config.cluster.backend, "layout": config.cluster.layout,
+              "submitted_at": time.time()}
+    run.write_json(run.job_file, {**record, "previous_jobs": previous_jobs} if previous_jobs else record)
     return LaunchResult(run_dir=run.path, job_id=job_id, backend=config.cluster.backend, layout=config.cluster.layout)
 
 

@@ -20,7 +20,7 @@ def engine_load(metrics: str) -> dict[str, int]:
     """``{"running": R, "waiting": W}`` summed over every label set of the two gauges."""
     load = {"running": 0, "waiting": 0}
     for line in metrics.splitlines():
-        name, _, rest = line.partition("{") if "{" in line else line.partition(" ")
+        name = line.split("{", 1)[0].split(" ", 1)[0]
         if name in _GAUGES:
             load[_GAUGES[name]] += int(float(line.rsplit(" ", 1)[1]))
     return load

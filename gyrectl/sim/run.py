@@ -13,7 +13,7 @@ from pathlib import Path
 
 from gyrectl.cluster.simulated import SimulatedCluster
 from gyrectl.config.schema import Config
-from gyrectl.coordinator.actuator import Actuator
+from gyrectl.coordinator.actuator import Actuator, cells_of
 from gyrectl.coordinator.events import Event
 from gyrectl.coordinator.journal import Journal
 from gyrectl.coordinator.loop import run_coordinator
@@ -56,8 +56,9 @@ def simulated_world(config: Config, workload: Workload) -> tuple[SimulatedWorld,
 
 def simulated_actuator(config: Config, world: SimulatedWorld, gateway: SimulatedGateway) -> Actuator:
     """What a (re)started coordinator builds: its actuator over the running simulated cluster."""
-    return Actuator(cluster=SimulatedCluster(world, gpus_per_node=config.cluster.gpus_per_node),
-                    gateway=gateway, clock=gateway, steps=step_factory(config), nodes_per_cell=config.cells.nodes_per_cell)
+    cluster = SimulatedCluster(world, gpus_per_node=config.cluster.gpus_per_node)
+    return Actuator(cluster=cluster, gateway=gateway, clock=gateway, steps=step_factory(config),
+                    cell_nodes=cells_of(cluster.discover(), config.cells.nodes_per_cell))
 
 
 def simulate(config: Config, *, workload_spec: str | Workload, seed: int | None = None,

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from gyrectl.cluster.base import StepState
 from gyrectl.coordinator.events import Event, Finished, Started, WeightsSynced
+from gyrectl.coordinator.steps import batch_name
 from gyrectl.errors import RuntimeFailure
 from gyrectl.sim.models import SimulatedCosts
 from gyrectl.sim.workload import Workload
@@ -241,7 +242,7 @@ class SimulatedWorld:
             assert len(pool) >= count, "the coordinator took executions the world has not finished"
             claimed, self._unclaimed[(batch, version)] = pool[:count], pool[count:]
             tokens += sum(self.produced_tokens[seq] for seq in claimed)
-        ref = f"batch-{index}"
+        ref = batch_name(index)
         self.batch_tokens[ref] = tokens
         return ref
 
