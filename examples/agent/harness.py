@@ -321,7 +321,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"harness: {exc}", file=sys.stderr)
         return 2
 
+    stopping = []
+
     def stop(signum: int, frame: Any) -> None:
+        stopping.append(signum)
         raise Stopped
     signal.signal(signal.SIGTERM, stop)
     agent = None
@@ -330,13 +333,17 @@ def main(argv: list[str] | None = None) -> int:
         client = openai.OpenAI(max_retries=knobs.max_retries, timeout=knobs.timeout_s)
         agent = Agent(client, os.environ.get("OPENAI_MODEL", "tiny"), task, knobs)
         agent.run()
-    except Stopped:
-        output = agent.output(stopped=True) if agent else {"answer": "", "task": task["id"], "turns": 0, "stopped": True}
-        print(json.dumps(output), flush=True)
-        return 143
-    except openai.OpenAIError as exc:
-        print(f"harness: giving up on {task['id']}: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+    except BaseException as exc:
+        # Library code the signal lands in may wrap Stopped in its own error (pydantic-core
+        # turns it into a SchemaError mid schema build), so the flag decides, not the type.
+        if stopping:
+            output = agent.output(stopped=True) if agent else {"answer": "", "task": task["id"], "turns": 0, "stopped": True}
+            print(json.dumps(output), flush=True)
+            return 143
+        if isinstance(exc, openai.OpenAIError):
+            print(f"harness: giving up on {task['id']}: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 1
+        raise
     print(json.dumps(agent.output()), flush=True)
     return 0
 
