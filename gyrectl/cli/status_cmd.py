@@ -97,7 +97,8 @@ def render(view: RunView) -> Group:
     reason = f", {job.reason}" if job.reason else ""
     head = f"[bold]{view.name}[/]  job {job.id} on {job.backend}: [{colour}]{job.state}[/]{detail}{reason}\n{view.run_dir}"
     if job.components:  # Slurm's own view of each component
-        head += "\nSlurm: " + "; ".join(f"{c['id']} {c['state']} on {c['nodes'] or '-'}" for c in job.components)
+        head += "\nSlurm: " + "; ".join(f"{c['id']} {c['state']} on {c['nodes'] or '-'}" + (f" (cell {c['cell']})" if "cell" in c else "")
+                                      for c in job.components)
     if job.error:
         head += f"\n[red]{job.error}[/]"
     rows = [(n["name"], n["het_group"], n["gpus"], n["cpus"], n.get("address", ""), n["role"]) for n in view.nodes]

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
+from gyrectl.errors import RuntimeFailure
+
 
 @dataclass(frozen=True)
 class Node:
@@ -90,6 +92,17 @@ class Cluster(abc.ABC):
     @abc.abstractmethod
     def step_status(self, step_id: str) -> StepStatus:
         """Current state of a step started by :meth:`start_step`."""
+
+    def lost_cells(self) -> set[int]:
+        """Cells (``discover``'s workers in order, ``cells.nodes_per_cell`` to a cell) whose nodes the
+        allocation lost. Only a layout with one job per cell loses a cell alone; in the others a
+        lost node ends the whole allocation, so nothing is ever reported here."""
+        return set()
+
+    def replacement(self, cell: int) -> Sequence[Node] | None:
+        """New nodes for lost cell ``cell``: asks for them the first time, then None until they are
+        granted (only a layout that loses single cells can replace one)."""
+        raise RuntimeFailure(f"the {self.backend} backend cannot replace cell {cell}")
 
     def close(self) -> None:
         """Stops every step still running (the head calls it on its way out); nothing to stop by

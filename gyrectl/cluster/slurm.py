@@ -44,7 +44,7 @@ def discover_allocation(env: Mapping[str, str]) -> list[Node]:
         gpus = _gpus_per_node(job_id)
         for i, name in enumerate(names):
             nodes.append(Node(name=name, het_group=group, gpus=gpus.get(name, 0),
-                              cpus=cpus[i] if i < len(cpus) else 0, address=_node_address(name)))
+                              cpus=cpus[i] if i < len(cpus) else 0, address=node_address(name)))
     return nodes
 
 
@@ -58,15 +58,16 @@ def _gpus_per_node(job_id: str) -> dict[str, int]:
     return gpus
 
 
-def _node_address(name: str) -> str:
+def node_address(name: str) -> str:
     return parse_key_values(run_slurm(["scontrol", "show", "node", name]).stdout).get("NodeAddr", name)
 
 
-def srun_argv(spec: StepSpec, *, het_group: int | None, step_name: str | None = None) -> list[str]:
+def srun_argv(spec: StepSpec, *, target: str, step_name: str | None = None) -> list[str]:
     """``srun`` for one role step (``slurm_templates/step.srun``): exact resources, explicit
-    nodes, one task per node, then the step's command."""
+    nodes, one task per node, then the step's command. ``target`` says which job's allocation the
+    step goes into (``--het-group=1``, ``--jobid=J``, or empty for the job srun runs in)."""
     text = render_template(
-        "step.srun", het_group=f"--het-group={het_group}" if het_group is not None else "",
+        "step.srun", target=target,
         num_nodes=str(len(spec.nodes)), cpus_per_node=str(spec.cpus_per_node),
         gres=f"--gres=gpu:{spec.gpus_per_node}" if spec.gpus_per_node else "",
         nodelist=shlex.quote(",".join(spec.nodes)), step_name=shlex.quote(step_name or spec.name))
@@ -75,31 +76,39 @@ def srun_argv(spec: StepSpec, *, het_group: int | None, step_name: str | None = 
 
 
 class SlurmCluster(Cluster):
+    """Steps inside the allocation the head runs in (the ``hetjob`` layout: component 1)."""
+
     backend = "slurm"
 
     def __init__(self, env: Mapping[str, str] | None = None):
         self._env = dict(os.environ if env is None else env)
         self._hetjob = int(self._env.get("SLURM_HET_SIZE", "1")) > 1
-        self._steps_job = self._env.get(f"SLURM_JOB_ID_HET_GROUP_{WORKER_GROUP}", "") if self._hetjob \
-            else self._env.get("SLURM_JOB_ID", "")
-        """The job whose steps the workers' steps are (a het component has a job id of its own)."""
         self._steps = ProcessSteps()
+        self._job_of: dict[str, str] = {}
+        """The Slurm job each step runs in (a het component has a job id of its own)."""
         self._count = 0
 
     def discover(self) -> Sequence[Node]:
         return discover_allocation(self._env)
 
+    def _target(self, nodes: Sequence[str]) -> tuple[str, str]:
+        """(srun's option naming the allocation, that allocation's job id) for a step on ``nodes``."""
+        if self._hetjob:
+            return f"--het-group={WORKER_GROUP}", self._env.get(f"SLURM_JOB_ID_HET_GROUP_{WORKER_GROUP}", "")
+        return "", self._env.get("SLURM_JOB_ID", "")
+
     def start_step(self, spec: StepSpec) -> str:
         self._count += 1
         step_id = f"{self._count}-{spec.name}"
-        argv = srun_argv(spec, het_group=WORKER_GROUP if self._hetjob else None, step_name=step_id)
+        target, self._job_of[step_id] = self._target(spec.nodes)
+        argv = srun_argv(spec, target=target, step_name=step_id)
         env = {"GYRECTL_STEP_NODES": ",".join(spec.nodes), **spec.env}
         self._steps.start(step_id, argv, env=env, log_path=spec.log_path)
         return step_id
 
     def slurm_step(self, step_id: str) -> str | None:
         """Slurm's ``JOB.STEP`` of a running step; None while its srun still waits for resources."""
-        return job_steps(self._steps_job).get(step_id)
+        return job_steps(self._job_of[step_id]).get(step_id)
 
     def stop_step(self, step_id: str, *, grace_s: float = 5.0) -> None:
         if self._steps.status(step_id).state.ended:

@@ -152,3 +152,30 @@ def partition_nodes() -> list[PartitionNode]:
         nodes.append(PartitionNode(partition=partition.rstrip("*"), name=name, cpus=int(cpus.rstrip("+")),
                                    gpus=gres_gpus(gres), mem_mb=int(mem.rstrip("+") or 0), default=partition.endswith("*")))
     return nodes
+
+
+def job_states(job_ids: Sequence[str]) -> dict[str, str]:
+    """Slurm's state of each job (``squeue -t all``); a job Slurm has forgotten is missing."""
+    if not job_ids:
+        return {}
+    out = run_slurm(["squeue", "-h", "-t", "all", "-j", ",".join(job_ids), "-o", "%i|%T"], check=False).stdout
+    return dict(line.strip().split("|", 1) for line in out.splitlines() if "|" in line)
+
+
+def job_nodes(job_id: str) -> list[str]:
+    """The nodes a running job holds, in Slurm's order."""
+    out = run_slurm(["squeue", "-h", "-j", job_id, "-o", "%N"], check=False).stdout.strip()
+    return expand_hostlist(out)
+
+
+def failed_nodes(names: Sequence[str]) -> set[str]:
+    """Of ``names``, the nodes Slurm sees as gone: not responding (``*``), down or failing."""
+    if not names:
+        return set()
+    out = run_slurm(["sinfo", "-h", "-N", "-n", ",".join(names), "-o", "%N|%T"], check=False).stdout
+    failed = set()
+    for line in out.splitlines():
+        name, _, state = line.strip().partition("|")
+        if state.endswith("*") or state.startswith(("down", "fail")):
+            failed.add(name)
+    return failed

@@ -39,9 +39,12 @@ class ClusterConfig:
     backend: Literal["local", "slurm"] = "local"
     """``local``: every role is a process on this machine (virtual nodes); ``slurm``: a Slurm
     allocation submitted through submitit."""
-    layout: Literal["hetjob"] = "hetjob"
-    """How the allocation is shaped on Slurm. ``hetjob``: one heterogeneous job, component 0 the
-    head, component 1 the worker pool (one job id, co-scheduled start)."""
+    layout: Literal["cells", "hetjob"] = "cells"
+    """How the allocation is shaped on Slurm. ``cells``: the head in a job of its own, which
+    submits one job per cell, so a crashed node costs one cell (replaced by a new job when the
+    partition has nodes again) and not the running agent harnesses. ``hetjob``: one heterogeneous
+    job, component 0 the head, component 1 the worker pool (one job id, co-scheduled start; a
+    crashed node requeues the whole job). See docs/slurm.md."""
     partition: str = ""
     """Slurm partition of the worker pool (empty = the cluster's default partition)."""
     account: str = ""

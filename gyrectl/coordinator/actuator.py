@@ -6,6 +6,9 @@ It also answers the faults a cluster throws, without the policy's help: a servin
 step that exits on its own (killed, crashed) is started again while the gateway re-sends its calls
 elsewhere; a training step that fails is started again on the same cells with the same batch
 (the trainer starts each step over from its input weights). Either gives up after a few tries.
+A cell whose nodes the cluster lost (``cells`` layout: a crashed node) leaves the routing, takes
+the training step it was in down with it (the batch goes back to the buffer), and comes back
+idle on the nodes of a replacement job once the cluster grants them.
 """
 
 from __future__ import annotations
@@ -13,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gyrectl.cluster.base import Cluster, Node, StepState, StepStatus
-from gyrectl.coordinator.events import (Dispatched, Event, PhaseChanged, StepFailed, SyncStarted, TrainEnded,
-                                        TrainExtended, TrainRetried, TrainStarted)
+from gyrectl.coordinator.events import (CellLost, CellPlaced, Dispatched, Event, PhaseChanged, StepFailed,
+                                        SyncStarted, TrainEnded, TrainExtended, TrainRetried, TrainStarted)
 from gyrectl.coordinator.ports import Clock, RolloutGateway
 from gyrectl.coordinator.state import CoordinatorState, Phase
 from gyrectl.coordinator.steps import MAX_TRAIN_ATTEMPTS, StepFactory
@@ -81,7 +84,11 @@ class Actuator:
         return self._gateway.poll() + self.observe(state)
 
     def observe(self, state: CoordinatorState) -> list[Event]:
-        now, events = self._clock.now(), []
+        now = self._clock.now()
+        lost = self._cluster.lost_cells() - {cell.id for cell in state.cells.by_phase[Phase.LOST]}
+        if lost:  # one at a time: a loss may end the training step the next one is in
+            return self._lose(min(lost), state, now)
+        events = self._place_lost(state, now)
         for cell in state.cells.select(_WATCHED):
             if cell.phase is Phase.DRAINING:
                 if self._gateway.sessions(cell.id) == 0:  # with movable executions: at once
@@ -99,6 +106,30 @@ class Actuator:
                                                now)
         if state.train is not None:
             events += self._observe_training(state, now)
+        return events
+
+    def _lose(self, cell: int, state: CoordinatorState, now: float) -> list[Event]:
+        """Nothing the cell ran survives its nodes: its calls go to other servers, and a training
+        step it was in stops on every member and gives its batch back."""
+        self._gateway.route(cell, routed=False)
+        members = state.train.cells if state.train is not None and cell in state.train.cells else ()
+        for member in sorted({cell, *members}):
+            if step_id := state.cells[member].step_id:
+                self._cluster.stop_step(step_id, grace_s=0.0)
+        if state.train is not None and members:
+            self._gateway.release(index=state.train.index)
+        return [CellLost(cell=cell, at=now, nodes=self.cell_nodes[cell])]
+
+    def _place_lost(self, state: CoordinatorState, now: float) -> list[Event]:
+        """Lost cells whose replacement nodes the cluster granted come back idle there."""
+        events: list[Event] = []
+        for cell in state.cells.by_phase[Phase.LOST]:
+            nodes = self._cluster.replacement(cell.id)
+            if nodes is None:
+                continue
+            self.cell_nodes[cell.id] = tuple(node.name for node in nodes)
+            self._gateway.place(cell.id, self._steps.server_url(cell=cell.id, address=nodes[0].address))
+            events.append(CellPlaced(cell=cell.id, nodes=self.cell_nodes[cell.id], at=now))
         return events
 
     def _restart_server(self, cell: int, step_id: str, failures: int, exit_code: int | None, version: int,

@@ -114,6 +114,28 @@ class Resumed:
 
 
 @dataclass(frozen=True)
+class CellLost:
+    """The cluster lost the cell's nodes (a node crashed, or its Slurm daemon is gone): the cell
+    holds no work until it is placed again. Its server left the routing, so its calls are re-sent
+    to other servers; if it was in the training step, that step is abandoned and its executions
+    go back to the buffer, to be trained again from the same weights."""
+
+    cell: int
+    at: float
+    nodes: tuple[str, ...] = ()
+    """The nodes it had."""
+
+
+@dataclass(frozen=True)
+class CellPlaced:
+    """A lost cell has nodes again (a new Slurm job): it starts over idle."""
+
+    cell: int
+    nodes: tuple[str, ...]
+    at: float
+
+
+@dataclass(frozen=True)
 class SyncStarted:
     cell: int
     version: int
@@ -128,7 +150,7 @@ class WeightsSynced:
 
 
 Event = (Dispatched | Started | Finished | PhaseChanged | TrainStarted | TrainExtended | TrainEnded
-         | StepFailed | TrainRetried | Resumed | SyncStarted | WeightsSynced)
+         | StepFailed | TrainRetried | Resumed | CellLost | CellPlaced | SyncStarted | WeightsSynced)
 
 
 def _with_cell(state: CoordinatorState, cell_id: int, **changes: Any) -> CoordinatorState:
@@ -215,7 +237,25 @@ def _train_retried(state: CoordinatorState, e: TrainRetried) -> CoordinatorState
 def _resumed(state: CoordinatorState, e: Resumed) -> CoordinatorState:
     cells = CellTable(dataclasses.replace(c, phase=Phase.IDLE, since=e.at, step_id="", syncing=False)
                       for c in state.cells)  # a new allocation: lost nodes are replaced too
-    state = dataclasses.replace(state, cells=cells)
+    return _abandon_training(dataclasses.replace(state, cells=cells))
+
+
+def _cell_lost(state: CoordinatorState, e: CellLost) -> CoordinatorState:
+    state = _with_cell(state, e.cell, phase=Phase.LOST, since=e.at, step_id="", syncing=False)
+    if state.train is None or e.cell not in state.train.cells:
+        return state
+    cells = list(state.cells)
+    for member in state.train.cells:  # the other members were stopped; they wait in the pool
+        cells[member] = dataclasses.replace(cells[member], step_id="")
+    return _abandon_training(dataclasses.replace(state, cells=CellTable(cells)))
+
+
+def _cell_placed(state: CoordinatorState, e: CellPlaced) -> CoordinatorState:
+    return _with_cell(state, e.cell, phase=Phase.IDLE, since=e.at, step_id="", syncing=False)
+
+
+def _abandon_training(state: CoordinatorState) -> CoordinatorState:
+    """The training step in progress (if any) gives its executions back to the buffer."""
     if state.train is None:
         return state
     buffer, staleness = state.buffer, dict(state.staleness)
@@ -238,7 +278,7 @@ _APPLY: dict[type, Callable[[CoordinatorState, Any], CoordinatorState]] = {
     Dispatched: _dispatched, Started: _started, Finished: _finished, PhaseChanged: _phase_changed,
     TrainStarted: _train_started, TrainExtended: _train_extended, TrainEnded: _train_ended,
     StepFailed: _step_failed, TrainRetried: _train_retried, Resumed: _resumed,
-    SyncStarted: _sync_started, WeightsSynced: _weights_synced,
+    CellLost: _cell_lost, CellPlaced: _cell_placed, SyncStarted: _sync_started, WeightsSynced: _weights_synced,
 }
 _BY_NAME = {cls.__name__: cls for cls in _APPLY}
 
@@ -269,6 +309,8 @@ def from_record(record: dict[str, Any]) -> Event:
         fields["take"] = tuple(tuple(item) for item in fields["take"])
     if cls in (TrainStarted, TrainRetried):
         fields["step_ids"] = tuple(fields["step_ids"])
+    if cls in (CellLost, CellPlaced):
+        fields["nodes"] = tuple(fields["nodes"])
     return cls(**fields)
 
 

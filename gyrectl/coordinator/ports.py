@@ -29,6 +29,13 @@ class RolloutGateway(Protocol):
     def claim(self, *, index: int, take: tuple[tuple[int, int, int], ...]) -> str:
         """Reserves the finished executions ``take`` for training step ``index``; names the batch."""
 
+    def release(self, *, index: int) -> None:
+        """Gives back what ``claim`` reserved for step ``index`` (the step was abandoned when a
+        cell in it was lost); the step's next claim may take the same executions again."""
+
+    def place(self, cell: int, url: str) -> None:
+        """The cell's server is now reached at ``url`` (a lost cell placed on new nodes)."""
+
     def poll(self) -> list[Event]:
         """``Started``, ``Finished`` and ``WeightsSynced`` events since the last poll."""
 

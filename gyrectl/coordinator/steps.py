@@ -12,7 +12,7 @@ from pathlib import Path
 from gyrectl.cluster.base import StepSpec
 from gyrectl.config.schema import Config
 from gyrectl.launch.rundir import RunDir
-from gyrectl.rollout.server import rollout_server
+from gyrectl.rollout.server import rollout_server, server_url
 
 
 def batch_name(index: int) -> str:
@@ -40,6 +40,10 @@ class StepFactory:
         name = f"rollout-cell{cell}"
         return StepSpec(name=name, nodes=nodes, command=server.command, env=env, cpus_per_node=self.cpus_per_node,
                         gpus_per_node=self.gpus_per_node, log_path=self.run.logs_dir / f"{name}.log")
+
+    def server_url(self, *, cell: int, address: str) -> str:
+        """Where the gateway reaches cell ``cell``'s server on a node at ``address``."""
+        return server_url(self.config, cell=cell, address=address)
 
     def train_member(self, *, cell: int, nodes: tuple[str, ...], index: int, members: int, rendezvous_host: str,
                      attempt: int = 0) -> StepSpec:

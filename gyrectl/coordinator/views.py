@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gyrectl.coordinator.events import Event, PhaseChanged
+from gyrectl.coordinator.events import CellLost, CellPlaced, Event, PhaseChanged
 from gyrectl.coordinator.state import CoordinatorState, Phase
 
 _ROLE = {Phase.IDLE: "idle", Phase.STARTING: "rollout", Phase.ROLLOUT: "rollout", Phase.DRAINING: "rollout",
@@ -29,6 +29,15 @@ def cell_rows(state: CoordinatorState, cell_nodes: Sequence[Sequence[str]]) -> l
             for cell in state.cells]
 
 
+def placed_cells(events: Sequence[Event], discovered: Sequence[tuple[str, ...]]) -> list[tuple[str, ...]]:
+    """Each cell's nodes: as discovered, then wherever a lost cell was placed again."""
+    nodes = list(discovered)
+    for event in events:
+        if isinstance(event, CellPlaced):
+            nodes[event.cell] = event.nodes
+    return nodes
+
+
 def moves(events: Sequence[Event]) -> list[dict[str, Any]]:
     """Every move between roles, oldest first: ``rollout`` -> ``train`` from the moment the cell
     leaves the routing until its server step is gone, ``train`` -> ``rollout`` from the moment its
@@ -36,15 +45,16 @@ def moves(events: Sequence[Event]) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
     under_way: dict[int, dict[str, Any]] = {}
     for event in events:
-        if not isinstance(event, PhaseChanged):
+        if not isinstance(event, PhaseChanged | CellLost):
             continue
-        if event.phase in (Phase.DRAINING, Phase.RETURNING):
-            move = {"cell": event.cell, "from": "rollout" if event.phase is Phase.DRAINING else "train",
-                    "to": "train" if event.phase is Phase.DRAINING else "rollout", "at": event.at, "duration_s": None}
+        phase = event.phase if isinstance(event, PhaseChanged) else Phase.LOST
+        if phase in (Phase.DRAINING, Phase.RETURNING):
+            move = {"cell": event.cell, "from": "rollout" if phase is Phase.DRAINING else "train",
+                    "to": "train" if phase is Phase.DRAINING else "rollout", "at": event.at, "duration_s": None}
             under_way[event.cell] = move
             found.append(move)
         elif (move := under_way.pop(event.cell, None)) is not None:
-            if event.phase.value != move["to"]:  # ended elsewhere (the cell was lost on the way)
-                move["to"] = _ROLE[event.phase]
+            if phase.value != move["to"]:  # ended elsewhere (the cell was lost on the way)
+                move["to"] = _ROLE[phase]
             move["duration_s"] = round(event.at - move["at"], 3)
     return found

@@ -39,7 +39,10 @@ def node_table(nodes: list[Node]) -> list[dict[str, object]]:
     return [{**asdict(node), "role": IDLE} for node in nodes]
 
 
-def build_cluster(config: Config) -> Cluster:
+def build_cluster(config: Config, run: RunDir) -> Cluster:
+    if config.cluster.backend == "slurm" and config.cluster.layout == "cells":
+        from gyrectl.cluster.slurm_cells import SlurmCellsCluster
+        return SlurmCellsCluster(config, run)
     if config.cluster.backend == "slurm":
         from gyrectl.cluster.slurm import SlurmCluster
         return SlurmCluster()
@@ -64,13 +67,13 @@ def run_head(run_path: str) -> str:
         journal.append({"event": "head_started", "at": time.time(), "host": socket.gethostname(),
                         "pid": os.getpid(), "slurm_job_id": os.environ.get("SLURM_JOB_ID")})
         config = load_config(run.config_file)
-        cluster = build_cluster(config)
-        nodes = list(cluster.discover())
-        table = node_table(nodes)
-        run.write_json(run.nodes_file, table)
-        journal.append({"event": "nodes_discovered", "at": time.time(), "nodes": [n.name for n in nodes]})
+        cluster = build_cluster(config, run)
         error = ""
         try:
+            nodes = list(cluster.discover())  # in the cells layout: waits for every cell's job to start
+            table = node_table(nodes)
+            run.write_json(run.nodes_file, table)
+            journal.append({"event": "nodes_discovered", "at": time.time(), "nodes": [n.name for n in nodes]})
             if runnable(config):
                 final = run_loop(run=run, config=config, cluster=cluster, nodes=nodes, table=table, launch_dir=Path.cwd(),
                                  stopped=lambda: stop.is_set() or run.stop_file.exists())

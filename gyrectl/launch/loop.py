@@ -22,10 +22,10 @@ from gyrectl.capture.store import CaptureWriter
 from gyrectl.cluster.base import Cluster, Node
 from gyrectl.config.schema import Config
 from gyrectl.coordinator.actuator import Actuator, cells_of
-from gyrectl.coordinator.events import Event, PhaseChanged, Resumed, apply
+from gyrectl.coordinator.events import CellLost, CellPlaced, Event, PhaseChanged, Resumed, apply
 from gyrectl.coordinator.journal import Journal, read_events
 from gyrectl.coordinator.loop import run_coordinator
-from gyrectl.coordinator.state import CoordinatorState, initial_state, limits_from_config
+from gyrectl.coordinator.state import CoordinatorState, Phase, initial_state, limits_from_config
 from gyrectl.coordinator.steps import step_factory
 from gyrectl.gateway.background import BackgroundGateway
 from gyrectl.gateway.settings import GatewaySettings
@@ -46,7 +46,8 @@ class NodeRoles:
     """The journal as the coordinator's event sink, keeping ``nodes.json`` roles in step."""
 
     def __init__(self, run: RunDir, journal: Journal, table: list[dict[str, object]], cell_nodes: list[tuple[str, ...]]):
-        self._run, self._journal, self._table, self._cell_nodes = run, journal, table, cell_nodes
+        self._run, self._journal, self._table, self._cell_nodes = run, journal, table, list(cell_nodes)
+        self._workers = [row for row in table if row["het_group"] == 1]
         for row in table:
             if row["het_group"] == 0:
                 row["role"] = "coordinator"  # the head: coordinator, gateway and agent harnesses
@@ -54,12 +55,24 @@ class NodeRoles:
 
     def append(self, event: Event) -> None:
         self._journal.append(event)
-        if isinstance(event, PhaseChanged):
-            names = set(self._cell_nodes[event.cell])
-            for row in self._table:
-                if row["name"] in names:
-                    row["role"], row["cell"], row["since"] = event.phase.value, event.cell, event.at
-            self._run.write_json(self._run.nodes_file, self._table)
+        match event:
+            case PhaseChanged(cell=cell, phase=phase, at=at):
+                self._set_role(cell, phase, at)
+            case CellLost(cell=cell, at=at):
+                self._set_role(cell, Phase.LOST, at)
+            case CellPlaced(cell=cell, nodes=nodes, at=at):  # rows for nodes the run had not held yet
+                self._cell_nodes[cell] = nodes
+                known = {row["name"] for row in self._table}
+                shape = {key: self._workers[0][key] for key in ("het_group", "gpus", "cpus")}
+                self._table += [{"name": name, **shape, "address": ""} for name in nodes if name not in known]
+                self._set_role(cell, Phase.IDLE, at)
+
+    def _set_role(self, cell: int, phase: Phase, at: float) -> None:
+        names = set(self._cell_nodes[cell])
+        for row in self._table:
+            if row["name"] in names:
+                row["role"], row["cell"], row["since"] = phase.value, cell, at
+        self._run.write_json(self._run.nodes_file, self._table)
 
 
 def runnable(config: Config) -> bool:

@@ -6,6 +6,7 @@
       job.json                         backend, job id, layout, submit time
       journal.jsonl                    append-only event log (fsync'd), the coordinator's memory
       nodes.json                       node table written by the head: name, het group, GPUs, role
+      cells.json                       cells layout: the Slurm job holding each cell (and its replacement)
       submit/                          sbatch script as submitted (``job.sbatch``)
       trajectories/                    recorded model calls (capture store ``calls.seg``) and
                                        ``executions.jsonl`` (one line per finished execution: task,
@@ -108,6 +109,11 @@ class RunDir:
     def servers_file(self) -> Path:
         """The rollout servers' load as the head last saw it (``servers.json``)."""
         return self.path / "servers.json"
+
+    @property
+    def cells_file(self) -> Path:
+        """Which Slurm job holds each cell (``cells`` layout): ``cells.json``."""
+        return self.path / "cells.json"
 
     @property
     def logs_dir(self) -> Path:

@@ -1,9 +1,13 @@
-"""The sbatch script of a heterogeneous gyrectl job, as a pure function of its parameters.
+"""The sbatch scripts of a gyrectl run, as pure functions of its config.
 
-submitit writes component 0 (the head: where the coordinator function runs, without ``srun`` so
-it may start its own job steps); we add the ``#SBATCH hetjob`` separator and component 1 (the
-worker pool) right after component 0's directives. Every value is shell-quoted, so paths with
-spaces and quotes are safe.
+``hetjob`` layout: submitit writes component 0 (the head: where the coordinator function runs,
+without ``srun`` so it may start its own job steps); we add the ``#SBATCH hetjob`` separator and
+component 1 (the worker pool) right after component 0's directives.
+
+``cells`` layout: the head alone is one job; the head submits one job per cell
+(:func:`cell_parameters`) that holds the cell's nodes for the head's steps.
+
+Every value is shell-quoted, so paths with spaces and quotes are safe.
 """
 
 from __future__ import annotations
@@ -46,40 +50,60 @@ def head_parameters(config: Config, *, run_dir: Path) -> dict[str, Any]:
     return params
 
 
+def _worker_options(config: Config) -> dict[str, Any]:
+    """What each worker node holds: one task slot with all its CPUs and GPUs."""
+    cluster = config.cluster
+    return {"time": cluster.time_limit, "ntasks_per_node": 1, "cpus_per_task": cluster.cpus_per_node,
+            "partition": cluster.partition, "account": cluster.account, "qos": cluster.qos,
+            "gpus_per_node": cluster.gpus_per_node,
+            "mem": f"{cluster.mem_per_node_gb}GB" if cluster.mem_per_node_gb else ""}
+
+
+def cell_parameters(config: Config, *, cell: int) -> dict[str, Any]:
+    """submitit parameters of cell ``cell``'s job (``cells`` layout). It is never requeued: a cell
+    whose node crashed is replaced by a new job, which the head asks for."""
+    cluster = config.cluster
+    params: dict[str, Any] = {
+        "job_name": f"gyrectl-{config.run.name}-cell{cell}",
+        "nodes": config.cells.nodes_per_cell,
+        "use_srun": False,  # the batch script only holds the nodes; the head starts the steps
+        "setup": list(cluster.setup),
+        "additional_parameters": {"no_requeue": True},
+    }
+    params.update({k: v for k, v in _worker_options(config).items() if v})
+    return params
+
+
 def worker_directives(config: Config) -> list[str]:
     """``#SBATCH`` lines of component 1: one task slot per node holding all its CPUs and GPUs."""
-    cluster = config.cluster
-    options: dict[str, Any] = {
-        "job-name": f"gyrectl-{config.run.name}-workers",
-        "time": cluster.time_limit,
-        "nodes": cluster.nodes,
-        "ntasks-per-node": 1,
-        "cpus-per-task": cluster.cpus_per_node,
-        "partition": cluster.partition,
-        "account": cluster.account,
-        "qos": cluster.qos,
-        "gpus-per-node": cluster.gpus_per_node,
-        "mem": f"{cluster.mem_per_node_gb}GB" if cluster.mem_per_node_gb else "",
-    }
+    options = {"job-name": f"gyrectl-{config.run.name}-workers", "nodes": config.cluster.nodes,
+               **{key.replace("_", "-"): value for key, value in _worker_options(config).items()}}
     lines = [f"#SBATCH --{k}={shlex.quote(str(v))}" for k, v in options.items() if v]
-    return lines + [f"#SBATCH {line}" for line in cluster.extra_sbatch]
+    return lines + [f"#SBATCH {line}" for line in config.cluster.extra_sbatch]
 
 
-def render_hetjob_sbatch(*, command: str, folder: Path, head: Mapping[str, Any],
-                         workers: Sequence[str], extra_head: Sequence[str] = ()) -> str:
-    """Component 0 from submitit, then the hetjob separator and component 1."""
-    text = _make_sbatch_string(command=command, folder=folder, **head)
-    lines = text.split("\n")
+def render_sbatch(*, command: str, folder: Path, params: Mapping[str, Any], extra: Sequence[str] = (),
+                  workers: Sequence[str] = ()) -> str:
+    """submitit's script for ``params``, with the verbatim ``extra`` directives and, when
+    ``workers`` are given, the hetjob separator and component 1 right after them."""
+    lines = _make_sbatch_string(command=command, folder=folder, **params).split("\n")
     last_directive = max(i for i, line in enumerate(lines) if line.startswith("#SBATCH"))
-    head_extra = [f"#SBATCH {line}" for line in extra_head]
-    worker_block = render_template("hetjob_worker.sbatch", worker_directives="\n".join(workers)).rstrip("\n")
-    lines[last_directive + 1:last_directive + 1] = [*head_extra, worker_block]
+    added = [f"#SBATCH {line}" for line in extra]
+    if workers:
+        added.append(render_template("hetjob_worker.sbatch", worker_directives="\n".join(workers)).rstrip("\n"))
+    lines[last_directive + 1:last_directive + 1] = added
     return "\n".join(lines)
 
 
 def render_for_config(config: Config, *, run_dir: Path, folder: Path, python: str) -> str:
-    """The exact script ``gyrectl launch`` submits for ``config`` (also what --dry-run prints)."""
-    return render_hetjob_sbatch(
-        command=head_command(python, folder), folder=folder,
-        head=head_parameters(config, run_dir=run_dir), workers=worker_directives(config),
-        extra_head=config.cluster.extra_sbatch)
+    """The exact script ``gyrectl launch`` submits for ``config`` (also what --dry-run prints);
+    for the ``cells`` layout followed by the script of cell 0's job, which the head submits."""
+    extra = config.cluster.extra_sbatch
+    head = render_sbatch(command=head_command(python, folder), folder=folder,
+                         params=head_parameters(config, run_dir=run_dir), extra=extra,
+                         workers=worker_directives(config) if config.cluster.layout == "hetjob" else ())
+    if config.cluster.layout == "hetjob":
+        return head
+    cell = render_sbatch(command=head_command(python, folder / "cells"), folder=folder / "cells",
+                         params=cell_parameters(config, cell=0), extra=extra)
+    return f"{head}\n# ---- submitted by the head, one per cell (cell 0 shown) ----\n{cell}"

@@ -18,7 +18,7 @@ from gyrectl.coordinator.actuator import group_cells
 from gyrectl.coordinator.events import apply
 from gyrectl.coordinator.journal import read_events
 from gyrectl.coordinator.state import initial_state, limits_from_config
-from gyrectl.coordinator.views import cell_rows, moves
+from gyrectl.coordinator.views import cell_rows, moves, placed_cells
 from gyrectl.errors import GyreError
 from gyrectl.launch.rundir import RunDir
 from gyrectl.store.jsonl import read_records
@@ -35,7 +35,7 @@ class JobView:
     """``pending`` | ``running`` | ``ended`` | ``unknown``."""
     slurm_state: str = ""
     reason: str = ""
-    components: list[dict[str, str]] = field(default_factory=list)
+    components: list[dict[str, Any]] = field(default_factory=list)
     error: str = ""
     """What failed, when the head ended on a failure (``reason`` = ``failed``)."""
 
@@ -118,7 +118,22 @@ def _slurm_job_view(run: RunDir, job_id: str) -> JobView:
     reason = (head_end_reason(run) or components[0].state.lower()) if state == "ended" else waiting_on
     error = str(_head_ended(run).get("error", "")) if state == "ended" else ""
     return JobView(id=job_id, backend="slurm", state=state, slurm_state=",".join(states), reason=reason,
-                   components=[{"id": c.job_id, "state": c.state, "nodes": c.nodes} for c in components], error=error)
+                   components=[{"id": c.job_id, "state": c.state, "nodes": c.nodes} for c in components]
+                   + _cell_jobs(run), error=error)
+
+
+def _cell_jobs(run: RunDir) -> list[dict[str, Any]]:
+    """The cells layout's cell jobs (``cells.json``), each with the cell it holds or replaces."""
+    from gyrectl.cluster.slurm_cli import show_job
+
+    rows = []
+    for cell in run.read_json(run.cells_file) or []:
+        for key in ("job_id", "replacement_job_id"):
+            if key in cell:
+                shown = show_job(str(cell[key])) or []
+                state, nodes = (shown[0].state, shown[0].nodes) if shown else ("ENDED", "")
+                rows.append({"id": str(cell[key]), "state": state, "nodes": nodes, "cell": cell["cell"]})
+    return rows
 
 
 def _local_job_view(run: RunDir, job_id: str) -> JobView:
@@ -163,7 +178,9 @@ def _with_coordinator(view: RunView, run: RunDir, nodes: list[dict[str, Any]]) -
         return view
     config = load_config(run.config_file)
     state = reduce(apply, events, initial_state(limits_from_config(config)))
-    cell_nodes = group_cells([str(n["name"]) for n in nodes if n.get("het_group") == 1], config.cells.nodes_per_cell)
+    # Rows of replacement nodes are appended after the discovered ones; the journal says where they went.
+    discovered = [str(n["name"]) for n in nodes if n.get("het_group") == 1][:config.num_cells * config.cells.nodes_per_cell]
+    cell_nodes = placed_cells(events, group_cells(discovered, config.cells.nodes_per_cell))
     training = None if state.train is None else {
         "index": state.train.index, "cells": list(state.train.cells), "executions": state.train.executions,
         "started_at": state.train.started_at}

@@ -1,10 +1,8 @@
 """``gyrectl launch``: make the run directory, then hand the head to the configured backend.
 
-    slurm: one heterogeneous job through submitit (component 0 = head, component 1 = workers)
+    slurm, cells layout: the head's job through submitit; the head submits one job per cell
+    slurm, hetjob layout: one heterogeneous job (component 0 = head, component 1 = workers)
     local: the head as a detached process on this machine, with virtual nodes
-
-The launch code takes a *layout* so the single heterogeneous job is one shape among others (the
-end-to-end issue adds a head job plus one job per cell).
 """
 
 from __future__ import annotations
@@ -111,12 +109,12 @@ def check_fits(config: Config) -> None:
 def _submit_slurm(config: Config, run: RunDir) -> str:
     import submitit
 
+    from gyrectl.launch.executor import GyreExecutor
     from gyrectl.launch.head import run_head
-    from gyrectl.launch.hetjob import HetJobExecutor
 
+    workers = worker_directives(config) if config.cluster.layout == "hetjob" else ()
     try:
-        executor = HetJobExecutor(run.submitit_dir, worker_directives=worker_directives(config),
-                                  extra_head_directives=config.cluster.extra_sbatch)
+        executor = GyreExecutor(run.submitit_dir, extra_directives=config.cluster.extra_sbatch, worker_directives=workers)
     except RuntimeError as exc:  # submitit's "Could not detect srun"
         raise RuntimeFailure(f"cannot submit to Slurm: {exc}") from None
     executor.update_parameters(**head_parameters(config, run_dir=run.path))

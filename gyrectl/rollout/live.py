@@ -64,6 +64,7 @@ class LiveRollouts:
         self._next_seq, self._poll_s = 0, poll_s
         self._version_of: dict[int, int] = {}
         self._done: list[_Done] = []
+        self._claimed: dict[int, list[_Done]] = {}
         self._log = JsonlAppender(run.executions_file)
         self._outbox: list[Event] = []
         self._lock = threading.Lock()  # the outbox is shared with weight-sync threads
@@ -120,6 +121,7 @@ class LiveRollouts:
         chosen.sort(key=lambda d: d.seq)
         claimed = {id(d) for d in chosen}
         self._done = [d for d in self._done if id(d) not in claimed]
+        self._claimed = {index: chosen}  # only the step in progress can be abandoned
         batch_file = self._run.batch_file(index)
         self._run.write_json(batch_file, {
             "step": index, "weights_version": index,
@@ -129,6 +131,12 @@ class LiveRollouts:
         for done in chosen:
             self._log.append({"execution": done.execution, "step": index})
         return str(batch_file)
+
+    def release(self, *, index: int) -> None:
+        self._done = sorted(self._done + self._claimed.pop(index, []), key=lambda done: done.seq)
+
+    def place(self, cell: int, url: str) -> None:
+        self._servers[cell] = CellServer(name=self._servers[cell].name, url=url)
 
     def poll(self) -> list[Event]:
         if self._sync_error is not None:

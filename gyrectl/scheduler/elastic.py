@@ -5,7 +5,8 @@
    the pool for the next step, or return to rollout when it needs them).
 2. Rollout keeps the cells its in-flight work and its staleness budget need:
    ``target = ceil((w + budget) / slots_per_cell)``, at least ``scheduler.min_rollout_cells`` (the
-   standalone pool) and, while there is training to do, at most all cells but one.
+   standalone pool, lowered when lost cells leave too few to keep it and train) and, while there
+   is training to do, at most all cells but one.
 3. Above the target, one cell at a time leaves rollout, and only while the in-flight work fits the
    remaining servers: ``w <= C_R - C_cell``. Its executions move to other servers between calls
    (the gateway re-routes them), so the cell does not wait for its slowest execution.
@@ -47,12 +48,13 @@ def decide(state: CoordinatorState, now: float) -> list[Action]:
     usable = limits.num_cells - state.phase_count(Phase.LOST)
     budget = staleness_budget(state, version=state.version, max_staleness=limits.max_staleness)
     needed = math.ceil((state.in_flight + budget) / slots)
-    target = min(usable - 1, max(limits.min_rollout_cells, needed)) if wants_training else usable
+    standalone = min(limits.min_rollout_cells, usable - 1)  # with cells lost, a training cell still comes first
+    target = min(usable - 1, max(standalone, needed)) if wants_training else usable
 
     # 3./4. One cell leaves while the rest can hold its work; idle training cells come back.
     heading = state.phase_count(*TOWARD_ROLLOUT)
     serving = state.phase_count(Phase.ROLLOUT)
-    can_leave = (state.phase_count(Phase.DRAINING) == 0 and serving - 1 >= limits.min_rollout_cells
+    can_leave = (state.phase_count(Phase.DRAINING) == 0 and serving - 1 >= standalone
                  and state.in_flight <= (serving - 1) * slots)
     if heading > target and can_leave:
         actions.append(MoveCell(cell=_leaver(state), to=Phase.TRAIN))

@@ -29,6 +29,12 @@ class SimulatedGateway:
     def claim(self, *, index: int, take: tuple[tuple[int, int, int], ...]) -> str:
         return self._world.claim(index=index, take=take)
 
+    def release(self, *, index: int) -> None:
+        self._world.release(index=index)
+
+    def place(self, cell: int, url: str) -> None:
+        pass  # a simulated server has no address: the world routes by cell
+
     def poll(self) -> list[Event]:
         events, self._world.outbox = self._world.outbox, []
         return events

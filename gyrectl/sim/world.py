@@ -88,6 +88,7 @@ class SimulatedWorld:
         self._done: bytearray = bytearray()
         self.produced_tokens: list[int] = []
         self._unclaimed: dict[tuple[int, int], list[int]] = defaultdict(list)
+        self._claimed: dict[int, list[tuple[tuple[int, int], list[int]]]] = {}
         self.batch_tokens: dict[str, int] = {}
         self.steps: dict[str, _Step] = {}
         self._last_role = [""] * num_cells
@@ -236,15 +237,21 @@ class SimulatedWorld:
 
     def claim(self, *, index: int, take: tuple[tuple[int, int, int], ...]) -> str:
         """Reserves the buffered executions of a training step; returns the batch's name."""
-        tokens = 0
+        tokens, self._claimed[index] = 0, []
         for batch, version, count in take:
             pool = self._unclaimed[(batch, version)]
             assert len(pool) >= count, "the coordinator took executions the world has not finished"
             claimed, self._unclaimed[(batch, version)] = pool[:count], pool[count:]
+            self._claimed[index].append(((batch, version), claimed))
             tokens += sum(self.produced_tokens[seq] for seq in claimed)
         ref = batch_name(index)
         self.batch_tokens[ref] = tokens
         return ref
+
+    def release(self, *, index: int) -> None:
+        """Puts step ``index``'s claimed executions back, first in line for the next claim."""
+        for key, claimed in self._claimed.pop(index, []):
+            self._unclaimed[key] = claimed + self._unclaimed[key]
 
     # -- steps ----------------------------------------------------------------------------------
     def start_step(self, step: _Step) -> str:

@@ -96,6 +96,11 @@ def test_live_rollouts_finish_score_and_claim(harness_file, tmp_path):
         statuses = {r["execution"]: r["status"] for r in lines if "status" in r}
         assert statuses["e000004"] == "infra_failure" and statuses["e000000"] == "ok"
         assert sorted(r["execution"] for r in lines if r.get("step") == 0) == [f"e00000{i}" for i in range(6)]
+
+        # A step abandoned (a cell in it was lost) gives its executions back to be claimed again.
+        rollouts.release(index=0)
+        again = json.loads(Path(rollouts.claim(index=0, take=((0, 0, 6),))).read_text())
+        assert again["executions"] == claimed["executions"] and again["left_out"] == claimed["left_out"]
     finally:
         rollouts.close()
         gateway.close()

@@ -1,4 +1,4 @@
-"""The heterogeneous sbatch script: pinned by a golden file, values quoted safely.
+"""The sbatch scripts of both Slurm layouts: pinned by golden files, values quoted safely.
 
 Regenerate the golden file after an intended change with:
     GYRECTL_UPDATE_GOLDEN=1 python -m pytest tests/unit/test_sbatch.py
@@ -17,6 +17,8 @@ from gyrectl.launch.sbatch import render_for_config
 from tests.conftest import REPO
 
 GOLDEN = Path(__file__).parent / "golden" / "slurm-local.sbatch"
+GOLDEN_CELLS = Path(__file__).parent / "golden" / "slurm-local-cells.sbatch"
+HETJOB = "cluster.layout=hetjob"
 
 
 def _render(config_overrides: list[str], run_dir: Path) -> str:
@@ -24,16 +26,25 @@ def _render(config_overrides: list[str], run_dir: Path) -> str:
     return render_for_config(config, run_dir=run_dir, folder=run_dir / "logs" / "submitit", python="/venv/bin/python")
 
 
-def test_golden_hetjob_script() -> None:
-    text = _render(["cluster.extra_sbatch=['--constraint=lab']", "cluster.setup=['module load cuda']"],
-                   Path("/shared/runs/slurm-local"))
-    if os.environ.get("GYRECTL_UPDATE_GOLDEN"):
-        GOLDEN.write_text(text)
-    assert text == GOLDEN.read_text()
+def test_golden_scripts() -> None:
+    extras = ["cluster.extra_sbatch=['--constraint=lab']", "cluster.setup=['module load cuda']"]
+    for golden, layout in ((GOLDEN, [HETJOB]), (GOLDEN_CELLS, [])):
+        text = _render(extras + layout, Path("/shared/runs/slurm-local"))
+        if os.environ.get("GYRECTL_UPDATE_GOLDEN"):
+            golden.write_text(text)
+        assert text == golden.read_text(), golden
+
+
+def test_cells_layout_submits_the_head_alone_and_shows_a_cell_job() -> None:
+    head, cell = _render([], Path("/r")).split("# ---- submitted by the head")
+    assert "hetjob" not in head and "#SBATCH --nodes=1" in head and "#SBATCH --cpus-per-task=2" in head
+    assert "#SBATCH --nodes=1" in cell and "#SBATCH --cpus-per-task=4" in cell and "#SBATCH --gpus-per-node=2" in cell
+    assert "#SBATCH --no-requeue" in cell  # a crashed cell is replaced by a new job, not requeued
+    assert not any(line.startswith("srun") for line in (head + cell).splitlines())
 
 
 def test_hetjob_separates_components_with_the_configured_resources() -> None:
-    lines = _render([], Path("/r")).splitlines()
+    lines = _render([HETJOB], Path("/r")).splitlines()
     sep = lines.index("#SBATCH hetjob")
     head, workers = lines[:sep], lines[sep:]
     assert "#SBATCH --nodes=1" in head and "#SBATCH --cpus-per-task=2" in head
@@ -49,7 +60,7 @@ def test_hetjob_separates_components_with_the_configured_resources() -> None:
 
 def test_paths_with_spaces_and_quotes_are_quoted(tmp_path: Path) -> None:
     run_dir = tmp_path / "my runs" / "it's \"here\""
-    text = _render([], run_dir)
+    text = _render([HETJOB], run_dir)
     export = next(l for l in text.splitlines() if l.startswith("export GYRECTL_RUN_DIR="))
     # the shell reads back exactly the path we meant
     echoed = subprocess.run(["bash", "-c", f"{export}; printf %s \"$GYRECTL_RUN_DIR\""], capture_output=True,
@@ -62,7 +73,8 @@ def test_paths_with_spaces_and_quotes_are_quoted(tmp_path: Path) -> None:
 
 
 def test_dry_run_prints_the_script_and_creates_nothing(tmp_path: Path, cli) -> None:
-    result = cli("launch", "configs/slurm-local.yaml", "--dry-run", "--set", f"run.output_root={tmp_path}/runs")
+    result = cli("launch", "configs/slurm-local.yaml", "--dry-run", "--set", f"run.output_root={tmp_path}/runs",
+                 "--set", HETJOB)
     assert result.returncode == 0, result.stderr
     assert "#SBATCH hetjob" in result.stdout and "#SBATCH --gpus-per-node=2" in result.stdout
     assert not (tmp_path / "runs").exists()

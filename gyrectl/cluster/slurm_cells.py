@@ -1,0 +1,151 @@
+"""The Slurm backend of the ``cells`` layout: the head (coordinator, gateway, agent harnesses) runs
+in a job of its own and submits one job per cell through submitit, so a crashed node ends one cell
+job (Slurm: ``NODE_FAIL``), not the head and its running harnesses.
+
+A cell job's batch script only holds the allocation (:func:`hold_cell`) while the head's job runs;
+the head starts the role steps in it with ``srun --jobid=CELLJOB``. A cell is *lost* once Slurm sees
+its job end or one of its nodes stop responding; its replacement is a new job, which starts when
+the partition has nodes again (the crashed node back, or another one). Which job holds which cell
+is written to ``cells.json`` for ``gyrectl status``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from gyrectl.cluster.base import Node
+from gyrectl.cluster.slurm import SlurmCluster, discover_allocation, node_address
+from gyrectl.cluster.slurm_cli import failed_nodes, job_nodes, job_states, run_slurm
+from gyrectl.config.schema import Config
+from gyrectl.errors import GyreError, RuntimeFailure
+from gyrectl.launch.rundir import RunDir
+from gyrectl.launch.sbatch import cell_parameters
+
+POLL_S = 2.0
+"""How often Slurm is asked about the cell jobs and their nodes (squeue and sinfo each time)."""
+HOLD_POLL_S = 10.0
+"""How often a cell job's batch script checks that the head still runs."""
+HEAD_MISSES = 3
+"""Answers in a row without the head's job before a cell job lets its nodes go (one missing
+answer may be a controller hiccup)."""
+
+
+def hold_cell(head_job_id: str) -> None:
+    """A cell job's batch script (run by submitit on the cell's first node): holds the nodes for
+    the head's steps until the head's job no longer runs, so a head killed without cleaning up
+    (kill -9, a crashed head node) leaves no allocation behind."""
+    misses = 0
+    while misses < HEAD_MISSES:
+        try:
+            state = job_states([head_job_id]).get(head_job_id)
+        except GyreError:
+            state = None
+        if state is not None and state != "RUNNING":
+            return
+        misses = misses + 1 if state is None else 0
+        time.sleep(HOLD_POLL_S)
+
+
+@dataclass(frozen=True)
+class CellJob:
+    job_id: str
+    nodes: tuple[Node, ...] = ()
+    """Empty while the job waits for nodes."""
+
+
+class SlurmCellsCluster(SlurmCluster):
+    """Cells as jobs of their own; the head's job holds only the head."""
+
+    def __init__(self, config: Config, run: RunDir, env: Mapping[str, str] | None = None):
+        super().__init__(env)
+        self._config, self._run = config, run
+        self._cells: list[CellJob] = []
+        self._asked: dict[int, CellJob] = {}
+        """Replacement jobs asked for lost cells, not yet running."""
+        self._lost: set[int] = set()
+        self._next_poll = 0.0
+        self._next_ask: dict[int, float] = {}
+
+    def discover(self) -> Sequence[Node]:
+        """The head's node, then each cell's nodes, in cell order, once every cell job runs."""
+        head = discover_allocation(self._env)
+        asked = [self._submit(cell) for cell in range(self._config.num_cells)]
+        self._cells = [self._await_nodes(job) for job in asked]
+        self._write_cells()
+        return [*head, *(node for cell in self._cells for node in cell.nodes)]
+
+    def _target(self, nodes: Sequence[str]) -> tuple[str, str]:
+        job = next(cell.job_id for cell in self._cells if nodes[0] in {node.name for node in cell.nodes})
+        return f"--jobid={job}", job
+
+    def lost_cells(self) -> set[int]:
+        now = time.monotonic()
+        if now < self._next_poll:
+            return self._lost
+        self._next_poll = now + POLL_S
+        states = job_states([cell.job_id for cell in self._cells])
+        failed = failed_nodes([node.name for cell in self._cells for node in cell.nodes])
+        self._lost = {index for index, cell in enumerate(self._cells)
+                      if states.get(cell.job_id) != "RUNNING" or any(node.name in failed for node in cell.nodes)}
+        return self._lost
+
+    def replacement(self, cell: int) -> Sequence[Node] | None:
+        now = time.monotonic()
+        if now < self._next_ask.get(cell, 0.0):
+            return None
+        self._next_ask[cell] = now + POLL_S
+        asked = self._asked.get(cell)
+        if asked is None:
+            run_slurm(["scancel", self._cells[cell].job_id], check=False)  # whatever of it Slurm still holds
+            self._asked[cell] = self._submit(cell)
+            self._write_cells()
+            return None
+        state = job_states([asked.job_id]).get(asked.job_id)
+        if state != "RUNNING":
+            if state not in (None, "PENDING", "CONFIGURING"):  # ended without running: ask again
+                self._asked[cell] = self._submit(cell)
+            return None
+        self._cells[cell] = self._granted(asked.job_id)
+        del self._asked[cell]
+        self._lost.discard(cell)
+        self._write_cells()
+        return self._cells[cell].nodes
+
+    def close(self) -> None:
+        super().close()
+        jobs = [cell.job_id for cell in self._cells] + [cell.job_id for cell in self._asked.values()]
+        if jobs:
+            run_slurm(["scancel", *jobs], check=False)
+
+    def _submit(self, cell: int) -> CellJob:
+        from gyrectl.launch.executor import GyreExecutor
+
+        executor = GyreExecutor(self._run.submitit_dir / "cells", extra_directives=self._config.cluster.extra_sbatch)
+        executor.update_parameters(**cell_parameters(self._config, cell=cell))
+        try:
+            job = executor.submit(hold_cell, self._env["SLURM_JOB_ID"])
+        except Exception as exc:  # submitit raises FailedJobError or CalledProcessError for a refused sbatch
+            raise RuntimeFailure(f"sbatch refused the job of cell {cell}: {exc}") from None
+        return CellJob(job_id=str(job.job_id))
+
+    def _await_nodes(self, asked: CellJob) -> CellJob:
+        while (state := job_states([asked.job_id]).get(asked.job_id)) != "RUNNING":
+            if state not in (None, "PENDING", "CONFIGURING"):
+                raise RuntimeFailure(f"cell job {asked.job_id} ended ({state}) before it started")
+            time.sleep(1.0)
+        return self._granted(asked.job_id)
+
+    def _granted(self, job_id: str) -> CellJob:
+        per_node = self._config.cluster
+        return CellJob(job_id=job_id, nodes=tuple(
+            Node(name=name, het_group=1, gpus=per_node.gpus_per_node, cpus=per_node.cpus_per_node,
+                 address=node_address(name)) for name in job_nodes(job_id)))
+
+    def _write_cells(self) -> None:
+        rows = [{"cell": index, "job_id": cell.job_id, "nodes": [node.name for node in cell.nodes]}
+                for index, cell in enumerate(self._cells)]
+        for index, asked in self._asked.items():
+            rows[index]["replacement_job_id"] = asked.job_id
+        self._run.write_json(self._run.cells_file, rows)
