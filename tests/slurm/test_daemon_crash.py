@@ -1,7 +1,8 @@
 """A slurmd dies (kill -9 of the daemon only, not a node crash): the steps on its node keep
 running, Slurm marks the node down after SlurmdTimeout and requeues the job; the requeued head
 takes the run over from its journal, and the run completes with nothing lost. The coordinator's
-node table matches Slurm's view of the job."""
+node table matches Slurm's view of the job. Run in the ``hetjob`` layout, whose answer to a lost
+node is Slurm's requeue (test_node_crash.py drills the ``cells`` layout)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def _node_state(node: str) -> str:
 
 @pytest.fixture(scope="module")
 def survived(cli, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    run_dir = launch_loop(cli, root=tmp_path_factory.mktemp("runs"), model=tiny_model_dir, name="daemon")
+    run_dir = launch_loop(cli, root=tmp_path_factory.mktemp("runs"), model=tiny_model_dir, name="daemon",
+                          extra=("--set", "cluster.layout=hetjob"))
     view = wait_for(lambda: (v := status(cli, run_dir))["steps"] and v["executions"]["in_flight"] > 0 and v,
                     timeout=600, what="a trained step and executions in flight")
     victim = next(c["nodes"][0] for c in view["cells"] if c["phase"] == "rollout")

@@ -1,5 +1,6 @@
-"""Launch onto the real local Slurm cluster: one heterogeneous job, the head's node table, status
-from the login node, and scancel / stop reflected as ended."""
+"""Launch onto the real local Slurm cluster in both layouts (one heterogeneous job; a head job
+that submits one job per cell), the head's node table, status from the login node, and scancel /
+stop reflected as ended."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def _launch(cli, root: Path, *extra: str) -> dict:
 
 
 def test_hetjob_node_table_status_and_scancel(cli, tmp_path: Path) -> None:
-    launched = _launch(cli, tmp_path / "runs")
+    launched = _launch(cli, tmp_path / "runs", "--set", "cluster.layout=hetjob")
     job_id, run_dir = launched["job_id"], launched["run_dir"]
     components = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%i"], capture_output=True, text=True,
                                 check=True).stdout.split()
@@ -53,6 +54,28 @@ def test_hetjob_node_table_status_and_scancel(cli, tmp_path: Path) -> None:
     ended = wait_for(lambda: (v := status(cli, run_dir))["job"]["state"] == "ended" and v, what="ended")
     assert "CANCELLED" in ended["job"]["slurm_state"]
     assert ended["job"]["reason"] == "cancelled"  # the head caught SIGTERM and journaled it
+
+
+def test_cells_layout_holds_each_cell_in_a_job_of_its_own_and_scancel_ends_them(cli, tmp_path: Path) -> None:
+    launched = _launch(cli, tmp_path / "runs")
+    job_id, run_dir = launched["job_id"], Path(launched["run_dir"])
+    assert launched["layout"] == "cells"
+    wait_for((run_dir / "nodes.json").exists, timeout=60, what="every cell job running")
+    nodes = json.loads((run_dir / "nodes.json").read_text())
+    cells = json.loads((run_dir / "cells.json").read_text())
+    assert [c["cell"] for c in cells] == [0, 1, 2, 3] and len({c["job_id"] for c in cells} | {job_id}) == 5
+    assert sorted(n for c in cells for n in c["nodes"]) == sorted(n["name"] for n in nodes if n["het_group"] == 1)
+    view = status(cli, str(run_dir))
+    jobs = view["job"]["components"]
+    assert [c["id"] for c in jobs] == [job_id] + [c["job_id"] for c in cells]
+    assert all(c["state"] == "RUNNING" for c in jobs) and [c.get("cell") for c in jobs[1:]] == [0, 1, 2, 3]
+
+    subprocess.run(["scancel", job_id], check=True)
+    ended = wait_for(lambda: (v := status(cli, str(run_dir)))["job"]["state"] == "ended" and v, what="ended")
+    assert ended["job"]["reason"] == "cancelled"
+    states = subprocess.run(["squeue", "-h", "-j", ",".join(c["job_id"] for c in cells), "-o", "%T"],
+                            capture_output=True, text=True).stdout.split()
+    assert "RUNNING" not in states, "the head cancels its cell jobs on its way out"
 
 
 def test_paths_with_spaces_and_quotes_submit_and_run(cli, tmp_path: Path) -> None:

@@ -1,0 +1,120 @@
+"""A node serving rollouts crashes (kill -9 of every process in its network namespace: slurmd,
+the cell job's batch script, the vLLM server), in the default ``cells`` layout.
+
+Slurm marks the node down and ends that cell's job; the coordinator marks the cell lost, the
+gateway re-sends its calls to the other server, the harnesses see no error and the run goes on
+with one cell. The cell's replacement job waits: the other free nodes are held by another user's
+job, so it starts only when the crashed node returns (its slurmd is started again), and the cell
+serves again there. The run completes with every trajectory trained once.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from gyrectl.coordinator.events import CellLost, CellPlaced, Finished, PhaseChanged, TrainEnded
+from gyrectl.coordinator.state import Phase
+
+from runs import batches, events, execution_records, launch_loop, status, wait_for, wait_until_ended
+
+pytestmark = [pytest.mark.usefixtures("slurm_cluster"), pytest.mark.vllm, pytest.mark.loop, pytest.mark.slow]
+REPO = Path(__file__).resolve().parents[2]
+STEPS = 4
+BATCH = 8
+
+
+def _node_state(node: str) -> str:
+    return subprocess.run(["sinfo", "-h", "-N", "-n", node, "-o", "%T"], capture_output=True, text=True).stdout.strip()
+
+
+def _crash(node: str) -> None:
+    """A node crash as the test cluster can have one: every process of the node's namespace dies."""
+    pids = subprocess.run(["ip", "netns", "pids", f"gyre-{node}"], capture_output=True, text=True,
+                          check=True).stdout.split()
+    subprocess.run(["kill", "-9", *pids], check=False)
+
+
+def _idle_nodes() -> int:
+    out = subprocess.run(["sinfo", "-h", "-t", "idle", "-o", "%D"], capture_output=True, text=True).stdout.split()
+    return sum(int(n) for n in out)
+
+
+@pytest.fixture(scope="module")
+def crashed(cli, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    # Another user's job holds every node the run does not take, so the lost cell can come back
+    # only on the node that crashed.
+    wait_for(lambda: _idle_nodes() == 5, timeout=120, what="an idle cluster")
+    blocker = subprocess.run(["sbatch", "--parsable", "-N2", "-c4", "-J", "other-user", "--wrap", "sleep 3000"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        run_dir = launch_loop(cli, root=tmp_path_factory.mktemp("runs"), model=tiny_model_dir, name="crash",
+                              extra=("--set", f"run.steps={STEPS}", "--set", f"training.batch_executions={BATCH}",
+                                     "--set", "rollout.execution_time_limit_s=400"))
+        view = wait_for(lambda: (v := status(cli, run_dir))["steps"] and v["executions"]["in_flight"] > 0
+                        and any(c["phase"] == "rollout" for c in v["cells"]) and v,
+                        timeout=600, what="a trained step and executions in flight on a serving cell")
+        victim_cell = next(c for c in view["cells"] if c["phase"] == "rollout")
+        victim = victim_cell["nodes"][0]
+        time.sleep(2.0)  # let the sessions get mid-call
+        crashed_at = time.time()
+        _crash(victim)
+        try:
+            wait_for(lambda: "down" in _node_state(victim), timeout=120, what=f"Slurm to mark {victim} down")
+            lost_view = wait_for(lambda: (v := status(cli, run_dir)) and v["cells"][victim_cell["id"]]["phase"] == "lost"
+                                 and v, timeout=60, what="status to show the cell lost")
+            # The run goes on without it: more executions finish after the loss.
+            finished_then = lost_view["executions"]["finished"]
+            wait_for(lambda: status(cli, run_dir)["executions"]["finished"] >= finished_then + 4, timeout=600,
+                     what="executions to finish with one cell")
+            down_while_lost = _node_state(victim)
+        finally:
+            subprocess.run(["bash", str(REPO / "tests/slurm/up.sh")], check=True, capture_output=True)  # the node returns
+        returned_at = time.time()
+        final = wait_until_ended(cli, run_dir, timeout=1500)
+    finally:
+        subprocess.run(["scancel", blocker], check=False)
+    return {"run_dir": run_dir, "victim": victim, "cell": victim_cell["id"], "crashed_at": crashed_at,
+            "returned_at": returned_at, "down_while_lost": down_while_lost, "lost_view": lost_view, "final": final}
+
+
+def test_the_run_completes_with_every_trajectory_trained_once(crashed) -> None:
+    run_dir, final = crashed["run_dir"], crashed["final"]
+    assert (final["job"]["reason"], len(final["steps"])) == ("completed", STEPS), final["job"]
+    journal = events(run_dir)
+    assert [e.index for e in journal if isinstance(e, TrainEnded)] == list(range(STEPS))
+    trained = [e for step in batches(run_dir).values() for e in step]
+    assert len(trained) == len(set(trained)) == STEPS * BATCH, "lost 0, trained twice 0"
+
+
+def test_the_cell_is_lost_its_calls_move_and_no_harness_sees_an_error(crashed) -> None:
+    run_dir, cell = crashed["run_dir"], crashed["cell"]
+    journal = events(run_dir)
+    lost = [e for e in journal if isinstance(e, CellLost)]
+    assert [(e.cell, e.nodes) for e in lost] == [(cell, (crashed["victim"],))]
+    assert lost[0].at - crashed["crashed_at"] < 30, "noticed within Slurm's node timeout"
+    records = execution_records(run_dir)
+    cut = [r for r in records if r["started_at"] < crashed["crashed_at"] < r["ended_at"]]
+    assert cut, "sessions were running when the node crashed"
+    # harness-visible errors: 0 (each harness exits non-zero on an API error)
+    assert [r for r in records if r["status"] != "ok" or r["exit_code"] != 0] == []
+    after_loss = [e for e in journal[journal.index(lost[0]):] if isinstance(e, Finished)]
+    placed = next(e for e in journal if isinstance(e, CellPlaced))
+    assert sum(e.at < placed.at for e in after_loss) >= 4, "the run went on with fewer cells"
+
+
+def test_the_cell_rejoins_when_its_node_returns(crashed) -> None:
+    run_dir, cell, victim = crashed["run_dir"], crashed["cell"], crashed["victim"]
+    assert "down" in crashed["down_while_lost"]
+    journal = events(run_dir)
+    placed = [e for e in journal if isinstance(e, CellPlaced)]
+    assert [(e.cell, e.nodes) for e in placed] == [(cell, (victim,))]
+    assert placed[0].at >= crashed["returned_at"] - 1, "placed only once the node was back"
+    after = [e.phase for e in journal[journal.index(placed[0]):] if isinstance(e, PhaseChanged) and e.cell == cell]
+    assert after[:2] == [Phase.STARTING, Phase.ROLLOUT], "the cell serves again"
+    # Slurm's view agrees: the lost cell's job ended with its node, the replacement holds the node.
+    jobs = crashed["lost_view"]["job"]["components"]
+    assert any(c.get("cell") == cell and c["state"] in ("NODE_FAIL", "CANCELLED", "ENDED") for c in jobs), jobs
