@@ -179,3 +179,13 @@ def failed_nodes(names: Sequence[str]) -> set[str]:
         if state.endswith("*") or state.startswith(("down", "fail")):
             failed.add(name)
     return failed
+
+
+def job_end_time(job_id: str) -> float | None:
+    """When Slurm will end ``job_id`` (its start plus its time limit, as epoch seconds); None for
+    a job without a limit or one Slurm does not know."""
+    out = run_slurm(["squeue", "-h", "-j", job_id, "-o", "%e"], check=False).stdout.strip()
+    try:
+        return time.mktime(time.strptime(out, "%Y-%m-%dT%H:%M:%S"))  # Slurm prints local time
+    except ValueError:  # "N/A", "NONE", "Unknown" or nothing
+        return None

@@ -26,12 +26,15 @@ from gyrectl.cluster.base import Cluster, Node
 from gyrectl.config import load_config
 from gyrectl.config.schema import Config
 from gyrectl.errors import GyreError
+from gyrectl.launch.deadline import Deadline
 from gyrectl.launch.loop import run_loop, runnable
 from gyrectl.launch.rundir import RunDir
 from gyrectl.store.jsonl import JsonlAppender
 
 IDLE = "idle"
 POLL_S = 0.5
+_SIGNALLED = {signal.SIGTERM: "cancelled", signal.SIGINT: "interrupted", signal.SIGUSR2: "time_limit"}
+"""How the run ended, by the signal that ended it: scancel, Ctrl-C, a time-limit warning."""
 
 
 def node_table(nodes: list[Node]) -> list[dict[str, object]]:
@@ -57,10 +60,18 @@ def run_head(run_path: str) -> str:
     ended_by: list[str] = []
 
     def on_signal(signum: int, _frame: object) -> None:
-        ended_by.append(signal.Signals(signum).name)
+        ended_by.append(_SIGNALLED[signal.Signals(signum)])
         stop.set()
 
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2):  # scancel, Ctrl-C, time limit warning
+    deadline = Deadline()
+
+    def stopped() -> bool:
+        if not stop.is_set() and deadline.reached():
+            ended_by.append("time_limit")
+            stop.set()
+        return stop.is_set() or run.stop_file.exists()
+
+    for sig in _SIGNALLED:
         signal.signal(sig, on_signal)
 
     with JsonlAppender(run.journal_file) as journal:
@@ -76,10 +87,10 @@ def run_head(run_path: str) -> str:
             journal.append({"event": "nodes_discovered", "at": time.time(), "nodes": [n.name for n in nodes]})
             if runnable(config):
                 final = run_loop(run=run, config=config, cluster=cluster, nodes=nodes, table=table, launch_dir=Path.cwd(),
-                                 stopped=lambda: stop.is_set() or run.stop_file.exists())
+                                 stopped=stopped)
                 completed = final.done
             else:  # an allocation without a loop to run: hold it until stopped
-                while not stop.is_set() and not run.stop_file.exists():
+                while not stopped():
                     stop.wait(POLL_S)
                 completed = False
         except GyreError as exc:
@@ -92,7 +103,7 @@ def run_head(run_path: str) -> str:
         if ended_by and not completed:
             # Slurm signals the whole job at once: steps dying under the head in its last seconds
             # are the cancellation's doing, not a failure of the run.
-            reason, error = {"SIGTERM": "cancelled", "SIGINT": "interrupted", "SIGUSR2": "time_limit"}[ended_by[0]], ""
+            reason, error = ended_by[0], ""
         elif error:
             reason = "failed"
         else:

@@ -78,6 +78,24 @@ def test_cells_layout_holds_each_cell_in_a_job_of_its_own_and_scancel_ends_them(
     assert "RUNNING" not in states, "the head cancels its cell jobs on its way out"
 
 
+def test_at_the_time_limit_the_head_ends_first_and_resume_continues(cli, tmp_path: Path) -> None:
+    # A 2-minute limit: the head stops itself 90 s before it (Slurm's USR2 warning reaches job
+    # steps, not the batch script the head runs in) and says so.
+    launched = _launch(cli, tmp_path / "runs", "--set", "cluster.time_limit=00:02:00")
+    run_dir = launched["run_dir"]
+    ended = wait_for(lambda: (v := status(cli, run_dir))["job"]["state"] == "ended" and v, timeout=150,
+                     what="the head to stop before its time limit")
+    assert ended["job"]["reason"] == "time_limit" and ended["job"]["slurm_state"] == "COMPLETED", ended["job"]
+    resumed = cli("launch", "--resume", run_dir, "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    again = json.loads(resumed.stdout)["job_id"]
+    assert again != launched["job_id"]
+    wait_for(lambda: status(cli, run_dir)["job"]["state"] == "running", timeout=60, what="the resumed head")
+    assert cli("stop", run_dir).returncode == 0
+    assert wait_for(lambda: (v := status(cli, run_dir))["job"]["state"] == "ended" and v,
+                    what="stopped")["job"]["reason"] == "stopped"
+
+
 def test_paths_with_spaces_and_quotes_submit_and_run(cli, tmp_path: Path) -> None:
     root = tmp_path / "my runs" / "it's \"quoted\""
     launched = _launch(cli, root, "--set", "run.name=quoted")
