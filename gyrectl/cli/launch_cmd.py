@@ -31,9 +31,12 @@ def launch(
 ) -> None:
     """Create a run directory and start the run (Slurm job or local head process), or continue one.
 
-    On Slurm this submits one heterogeneous job through submitit: component 0 runs the head
-    (coordinator, gateway, agent harnesses), component 1 is the worker pool whose nodes the head
-    moves between vLLM server steps and torchrun training steps. With the local backend the head
+    On Slurm this submits the head (coordinator, gateway, agent harnesses) through submitit; with
+    the default cluster.layout=cells the head then submits one job per cell, so a crashed node
+    costs one cell (replaced when a node is free again), not the running harnesses. With
+    cluster.layout=hetjob it is one heterogeneous job whose component 1 is the worker pool. The
+    head moves the cells' nodes between vLLM server steps and torchrun training steps, and stops
+    itself before the job's time limit. With the local backend the head
     runs as a process on this machine with virtual nodes. Either runs the whole RL loop when the
     config names a model and a harness.
 

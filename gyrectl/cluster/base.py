@@ -24,7 +24,8 @@ class Node:
     name: str
     """Hostname (Slurm node name, or ``local-N`` for the local backend's virtual nodes)."""
     het_group: int
-    """Heterogeneous-job component: 0 = head (coordinator), 1 = worker pool."""
+    """0 = the head (coordinator), 1 = a worker: the het-job component in the hetjob layout, the
+    same numbers for the head's job and the cell jobs in the cells layout."""
     gpus: int
     """GPUs the allocation holds on this node."""
     cpus: int

@@ -1,4 +1,5 @@
-"""The Slurm backend, used from inside the heterogeneous allocation (on the head component).
+"""The Slurm backend of the ``hetjob`` layout, used from inside the heterogeneous allocation (on
+the head component); ``slurm_cells.py`` extends it for the ``cells`` layout.
 
 Discovery reads the allocation from the environment Slurm gives the batch script
 (``SLURM_JOB_NODELIST_HET_GROUP_<k>``, ``SLURM_JOB_CPUS_PER_NODE_HET_GROUP_<k>``) and asks

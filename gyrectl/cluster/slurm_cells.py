@@ -4,20 +4,23 @@ job (Slurm: ``NODE_FAIL``), not the head and its running harnesses.
 
 A cell job's batch script only holds the allocation (:func:`hold_cell`) while the head's job runs;
 the head starts the role steps in it with ``srun --jobid=CELLJOB``. A cell is *lost* once Slurm sees
-its job end or one of its nodes stop responding; its replacement is a new job, which starts when
-the partition has nodes again (the crashed node back, or another one). Which job holds which cell
-is written to ``cells.json`` for ``gyrectl status``.
+its job end or one of its nodes stop responding, or at once when one of its steps ends on its own
+and its node's slurmd no longer takes a connection (Slurm needs ``SlurmdTimeout`` to notice; a
+training step retried on a dead node in that window would fail every attempt). Its replacement
+is a new job, which starts when the partition has nodes again (the crashed node back, or another
+one). Which job holds which cell is written to ``cells.json`` for ``gyrectl status``.
 """
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gyrectl.cluster.base import Node
+from gyrectl.cluster.base import Node, StepState, StepStatus
 from gyrectl.cluster.slurm import SlurmCluster, discover_allocation, node_address
-from gyrectl.cluster.slurm_cli import failed_nodes, job_nodes, job_states, run_slurm
+from gyrectl.cluster.slurm_cli import failed_nodes, job_nodes, job_states, run_slurm, slurmd_port
 from gyrectl.config.schema import Config
 from gyrectl.errors import GyreError, RuntimeFailure
 from gyrectl.launch.rundir import RunDir
@@ -27,6 +30,8 @@ POLL_S = 2.0
 """How often Slurm is asked about the cell jobs and their nodes (squeue and sinfo each time)."""
 HOLD_POLL_S = 10.0
 """How often a cell job's batch script checks that the head still runs."""
+PROBE_TIMEOUT_S = 2.0
+"""How long a node's slurmd may take to accept a connection before the node counts as gone."""
 HEAD_MISSES = 3
 """Answers in a row without the head's job before a cell job lets its nodes go (one missing
 answer may be a controller hiccup)."""
@@ -65,6 +70,11 @@ class SlurmCellsCluster(SlurmCluster):
         self._asked: dict[int, CellJob] = {}
         """Replacement jobs asked for lost cells, not yet running."""
         self._lost: set[int] = set()
+        self._unreachable: set[int] = set()
+        """Cells a step of which ended on its own while their slurmd took no connection."""
+        self._probed: set[str] = set()
+        self._slurmd: dict[str, tuple[str, int]] = {}
+        """Where each cell node's slurmd listens (read while the node is up)."""
         self._next_poll = 0.0
         self._next_ask: dict[int, float] = {}
 
@@ -80,16 +90,25 @@ class SlurmCellsCluster(SlurmCluster):
         job = next(cell.job_id for cell in self._cells if nodes[0] in {node.name for node in cell.nodes})
         return f"--jobid={job}", job
 
+    def step_status(self, step_id: str) -> StepStatus:
+        status = super().step_status(step_id)
+        if status.state in (StepState.FAILED, StepState.SUCCEEDED) and step_id not in self._probed:
+            self._probed.add(step_id)  # srun of a crashed node's step may even exit 0
+            cell = self._cell_of(self._job_of[step_id])
+            if cell is not None and not all(self._reachable(node.name) for node in self._cells[cell].nodes):
+                self._unreachable.add(cell)
+        return status
+
     def lost_cells(self) -> set[int]:
         now = time.monotonic()
         if now < self._next_poll:
-            return self._lost
+            return self._lost | self._unreachable
         self._next_poll = now + POLL_S
         states = job_states([cell.job_id for cell in self._cells])
         failed = failed_nodes([node.name for cell in self._cells for node in cell.nodes])
         self._lost = {index for index, cell in enumerate(self._cells)
                       if states.get(cell.job_id) != "RUNNING" or any(node.name in failed for node in cell.nodes)}
-        return self._lost
+        return self._lost | self._unreachable
 
     def replacement(self, cell: int) -> Sequence[Node] | None:
         now = time.monotonic()
@@ -110,6 +129,7 @@ class SlurmCellsCluster(SlurmCluster):
         self._cells[cell] = self._granted(asked.job_id)
         del self._asked[cell]
         self._lost.discard(cell)
+        self._unreachable.discard(cell)
         self._write_cells()
         return self._cells[cell].nodes
 
@@ -137,11 +157,23 @@ class SlurmCellsCluster(SlurmCluster):
             time.sleep(1.0)
         return self._granted(asked.job_id)
 
+    def _cell_of(self, job_id: str) -> int | None:
+        return next((index for index, cell in enumerate(self._cells) if cell.job_id == job_id), None)
+
     def _granted(self, job_id: str) -> CellJob:
         per_node = self._config.cluster
+        nodes = job_nodes(job_id)
+        self._slurmd.update({name: (node_address(name), slurmd_port(name)) for name in nodes})
         return CellJob(job_id=job_id, nodes=tuple(
             Node(name=name, het_group=1, gpus=per_node.gpus_per_node, cpus=per_node.cpus_per_node,
-                 address=node_address(name)) for name in job_nodes(job_id)))
+                 address=self._slurmd[name][0]) for name in nodes))
+
+    def _reachable(self, name: str) -> bool:
+        try:
+            socket.create_connection(self._slurmd[name], timeout=PROBE_TIMEOUT_S).close()
+        except OSError:
+            return False
+        return True
 
     def _write_cells(self) -> None:
         rows = [{"cell": index, "job_id": cell.job_id, "nodes": [node.name for node in cell.nodes]}

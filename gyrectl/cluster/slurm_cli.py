@@ -189,3 +189,14 @@ def job_end_time(job_id: str) -> float | None:
         return time.mktime(time.strptime(out, "%Y-%m-%dT%H:%M:%S"))  # Slurm prints local time
     except ValueError:  # "N/A", "NONE", "Unknown" or nothing
         return None
+
+
+def slurmd_port(name: str) -> int:
+    """The port ``name``'s slurmd listens on: the node's own ``Port`` (several slurmds on one
+    host) or the cluster's ``SlurmdPort``."""
+    node = parse_key_values(run_slurm(["scontrol", "show", "node", "-o", name]).stdout)
+    if node.get("Port", "").isdigit():
+        return int(node["Port"])
+    config = run_slurm(["scontrol", "show", "config"]).stdout
+    match = re.search(r"^SlurmdPort\s*=\s*(\d+)", config, re.MULTILINE)
+    return int(match.group(1)) if match else 6818

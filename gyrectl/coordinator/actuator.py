@@ -101,7 +101,7 @@ class Actuator:
                                            weight_version=cell.weight_version))
         for cell in state.cells.by_phase[Phase.ROLLOUT]:
             status = self._cluster.step_status(cell.step_id)
-            if status.state.ended:
+            if status.state.ended and cell.id not in self._cluster.lost_cells():  # else: lost, next round
                 events += self._restart_server(cell.id, cell.step_id, cell.failures, status.exit_code, state.version,
                                                now)
         if state.train is not None:
@@ -145,6 +145,8 @@ class Actuator:
 
     def _server_ready(self, cell: int, step_id: str) -> bool:
         status = self._cluster.step_status(step_id)
+        if status.state.ended and cell in self._cluster.lost_cells():
+            return False  # its nodes are gone: the next round reports the cell lost
         if status.state.ended:
             raise RuntimeFailure(f"the rollout server of cell {cell} exited while starting "
                                  f"({status.state.value}, exit code {status.exit_code}); see its step log")
@@ -158,6 +160,8 @@ class Actuator:
         if not self._cluster.step_status(members[0]).state.ended:
             return []
         statuses = [self._cluster.step_status(step_id) for step_id in members]
+        if set(state.train.cells) & self._cluster.lost_cells():
+            return []  # a member's nodes are gone: the next round abandons the step, no retry on them
         if any(status.state is StepState.FAILED for status in statuses):
             return self._retry_training(state, statuses, now)
         if not any(status.state is StepState.SUCCEEDED for status in statuses):

@@ -1,2 +1,2 @@
-"""Launch: the run directory, sbatch rendering (pure), submitit's heterogeneous executor, and the
-head process that runs on the allocation's first component."""
+"""Launch: the run directory, sbatch rendering (pure), submitit's executor (with hetjob support),
+and the head process: the coordinator's own job (cells layout) or component 0 (hetjob layout)."""

@@ -1,4 +1,5 @@
-"""The head process: what runs on component 0 of the allocation (or as a local process).
+"""The head process: the batch script of the head's job (cells layout), component 0 of the
+heterogeneous job (hetjob layout), or a local process.
 
     discover the allocation -> write the node table -> run the coordinator -> record how it ended
 

@@ -1,11 +1,15 @@
-"""A node serving rollouts crashes (kill -9 of every process in its network namespace: slurmd,
-the cell job's batch script, the vLLM server), in the default ``cells`` layout.
+"""Nodes crash (kill -9 of every process in the node's network namespace: slurmd, the cell job's
+batch script, the vLLM server or torchrun), in the default ``cells`` layout.
 
 Slurm marks the node down and ends that cell's job; the coordinator marks the cell lost, the
 gateway re-sends its calls to the other server, the harnesses see no error and the run goes on
 with one cell. The cell's replacement job waits: the other free nodes are held by another user's
 job, so it starts only when the crashed node returns (its slurmd is started again), and the cell
 serves again there. The run completes with every trajectory trained once.
+
+A node crashes under a running training step: the step is abandoned, its batch goes back to the
+buffer and is trained by a later step on the cell that is left, from the same weights; no
+trajectory is lost or trained twice.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from gyrectl.coordinator.events import CellLost, CellPlaced, Finished, PhaseChanged, TrainEnded
+from gyrectl.coordinator.events import CellLost, CellPlaced, Finished, PhaseChanged, TrainEnded, TrainStarted
 from gyrectl.coordinator.state import Phase
 
 from runs import batches, events, execution_records, launch_loop, status, wait_for, wait_until_ended
@@ -43,17 +47,22 @@ def _idle_nodes() -> int:
     return sum(int(n) for n in out)
 
 
-@pytest.fixture(scope="module")
-def crashed(cli, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    # Another user's job holds every node the run does not take, so the lost cell can come back
-    # only on the node that crashed.
+def _launch_beside_another_users_job(cli, tiny_model_dir: Path, root: Path, name: str) -> tuple[str, Path]:
+    """The other user's job holds every node the run does not take, so a lost cell can come back
+    only on the node that crashed."""
     wait_for(lambda: _idle_nodes() == 5, timeout=120, what="an idle cluster")
     blocker = subprocess.run(["sbatch", "--parsable", "-N2", "-c4", "-J", "other-user", "--wrap", "sleep 3000"],
                              capture_output=True, text=True, check=True).stdout.strip()
+    run_dir = launch_loop(cli, root=root, model=tiny_model_dir, name=name,
+                          extra=("--set", f"run.steps={STEPS}", "--set", f"training.batch_executions={BATCH}",
+                                 "--set", "rollout.execution_time_limit_s=400"))
+    return blocker, run_dir
+
+
+@pytest.fixture(scope="module")
+def crashed(cli, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    blocker, run_dir = _launch_beside_another_users_job(cli, tiny_model_dir, tmp_path_factory.mktemp("runs"), "crash")
     try:
-        run_dir = launch_loop(cli, root=tmp_path_factory.mktemp("runs"), model=tiny_model_dir, name="crash",
-                              extra=("--set", f"run.steps={STEPS}", "--set", f"training.batch_executions={BATCH}",
-                                     "--set", "rollout.execution_time_limit_s=400"))
         view = wait_for(lambda: (v := status(cli, run_dir))["steps"] and v["executions"]["in_flight"] > 0
                         and any(c["phase"] == "rollout" for c in v["cells"]) and v,
                         timeout=600, what="a trained step and executions in flight on a serving cell")
@@ -118,3 +127,47 @@ def test_the_cell_rejoins_when_its_node_returns(crashed) -> None:
     # Slurm's view agrees: the lost cell's job ended with its node, the replacement holds the node.
     jobs = crashed["lost_view"]["job"]["components"]
     assert any(c.get("cell") == cell and c["state"] in ("NODE_FAIL", "CANCELLED", "ENDED") for c in jobs), jobs
+
+
+@pytest.fixture(scope="module")
+def crashed_in_training(cli, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    blocker, run_dir = _launch_beside_another_users_job(cli, tiny_model_dir, tmp_path_factory.mktemp("runs"),
+                                                        "crash-train")
+    try:
+        # Into a training step after the first: torchrun is up and the trainer is at work.
+        view = wait_for(lambda: (v := status(cli, run_dir))["steps"] and v["training"]
+                        and time.time() - v["training"]["started_at"] > 4 and v, timeout=600, every=0.5,
+                        what="a training step under way")
+        cell = view["training"]["cells"][0]
+        victim = view["cells"][cell]["nodes"][0]
+        crashed_at = time.time()
+        _crash(victim)
+        try:
+            wait_for(lambda: status(cli, run_dir)["cells"][cell]["phase"] == "lost", timeout=90,
+                     what="status to show the training cell lost")
+        finally:
+            subprocess.run(["bash", str(REPO / "tests/slurm/up.sh")], check=True, capture_output=True)
+        final = wait_until_ended(cli, run_dir, timeout=1500)
+    finally:
+        subprocess.run(["scancel", blocker], check=False)
+    return {"run_dir": run_dir, "cell": cell, "index": view["training"]["index"], "crashed_at": crashed_at,
+            "final": final}
+
+
+def test_a_training_step_on_a_crashed_node_is_abandoned_and_its_batch_trained_once_later(crashed_in_training) -> None:
+    run_dir, cell, index = crashed_in_training["run_dir"], crashed_in_training["cell"], crashed_in_training["index"]
+    final = crashed_in_training["final"]
+    assert (final["job"]["reason"], len(final["steps"])) == ("completed", STEPS), final["job"]
+    journal = events(run_dir)
+    lost = next(e for e in journal if isinstance(e, CellLost))
+    assert lost.cell == cell
+    before, after = journal[:journal.index(lost)], journal[journal.index(lost):]
+    started = [e for e in before if isinstance(e, TrainStarted)]
+    assert started[-1].index == index and cell in started[-1].cells, "the step was running on the lost cell"
+    assert not any(isinstance(e, TrainEnded) and e.index == index for e in before)
+    assert [e.index for e in after if isinstance(e, TrainStarted)][:1] == [index], "the same step, started again"
+    assert [e.index for e in journal if isinstance(e, TrainEnded)] == list(range(STEPS))
+    trained = [e for step in batches(run_dir).values() for e in step]
+    assert len(trained) == len(set(trained)) == STEPS * BATCH, "lost 0, trained twice 0"
+    records = execution_records(run_dir)
+    assert [r for r in records if r["status"] != "ok" or r["exit_code"] != 0] == []
