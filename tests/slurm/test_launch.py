@@ -116,9 +116,10 @@ def test_sbatch_refusal_is_a_runtime_error(cli, tmp_path: Path) -> None:
 
 def test_a_job_waiting_for_nodes_is_pending(cli, tmp_path: Path) -> None:
     first = _launch(cli, tmp_path / "runs", "--set", "run.name=first")
-    second = _launch(cli, tmp_path / "runs", "--set", "run.name=second")  # the cluster holds one such job
+    # Once the first holds every node (its head and each cell's job), the second must wait.
+    wait_for((Path(first["run_dir"]) / "nodes.json").exists, timeout=60, what="first job running")
+    second = _launch(cli, tmp_path / "runs", "--set", "run.name=second")
     try:
-        wait_for((Path(first["run_dir"]) / "nodes.json").exists, what="first job running")
         view = status(cli, second["run_dir"])
         assert view["job"]["state"] == "pending" and view["nodes"] == []
         assert "node table" in view["note"]
@@ -128,6 +129,8 @@ def test_a_job_waiting_for_nodes_is_pending(cli, tmp_path: Path) -> None:
 
 
 def test_an_allocation_the_cluster_cannot_grant_is_refused_before_submission(cli, tmp_path: Path) -> None:
+    wait_for(lambda: not subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout.strip(), timeout=60,
+             what="earlier tests' jobs (and their cell jobs) to end")
     before = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, check=True).stdout
     result = cli("launch", "configs/slurm-local.yaml", "--set", f"run.output_root={tmp_path}",
                  "--set", "cluster.nodes=5")  # 5 workers + the head on a 5-node cluster
