@@ -81,8 +81,9 @@ class SlurmCellsCluster(SlurmCluster):
     def discover(self) -> Sequence[Node]:
         """The head's node, then each cell's nodes, in cell order, once every cell job runs."""
         head = discover_allocation(self._env)
-        asked = [self._submit(cell) for cell in range(self._config.num_cells)]
-        self._cells = [self._await_nodes(job) for job in asked]
+        self._cells = [self._submit(cell) for cell in range(self._config.num_cells)]
+        self._write_cells()  # status shows the cell jobs while they wait
+        self._cells = [self._await_nodes(job) for job in self._cells]
         self._write_cells()
         return [*head, *(node for cell in self._cells for node in cell.nodes)]
 

@@ -117,13 +117,20 @@ def _slurm_job_view(run: RunDir, job_id: str) -> JobView:
     waiting_on = "" if components[0].reason == "None" else components[0].reason
     reason = (head_end_reason(run) or components[0].state.lower()) if state == "ended" else waiting_on
     error = str(_head_ended(run).get("error", "")) if state == "ended" else ""
+    cells = _cell_jobs(run)
+    layout = (run.read_json(run.job_file) or {}).get("layout")
+    if state == "running" and layout == "cells" and not run.nodes_file.exists():  # the head waits for its cells
+        waiting = [c for c in cells if c["state"] == "PENDING"]
+        state = "pending"
+        reason = f"cell jobs waiting for nodes ({waiting[0]['reason']})" if waiting else "starting its cell jobs"
     return JobView(id=job_id, backend="slurm", state=state, slurm_state=",".join(states), reason=reason,
                    components=[{"id": c.job_id, "state": c.state, "nodes": c.nodes} for c in components]
-                   + _cell_jobs(run), error=error)
+                   + [{key: c[key] for key in ("id", "state", "nodes", "cell")} for c in cells], error=error)
 
 
 def _cell_jobs(run: RunDir) -> list[dict[str, Any]]:
-    """The cells layout's cell jobs (``cells.json``), each with the cell it holds or replaces."""
+    """The cells layout's cell jobs (``cells.json``), each with the cell it holds or replaces and
+    Slurm's reason while it waits."""
     from gyrectl.cluster.slurm_cli import show_job
 
     rows = []
@@ -131,8 +138,8 @@ def _cell_jobs(run: RunDir) -> list[dict[str, Any]]:
         for key in ("job_id", "replacement_job_id"):
             if key in cell:
                 shown = show_job(str(cell[key])) or []
-                state, nodes = (shown[0].state, shown[0].nodes) if shown else ("ENDED", "")
-                rows.append({"id": str(cell[key]), "state": state, "nodes": nodes, "cell": cell["cell"]})
+                state, nodes, reason = (shown[0].state, shown[0].nodes, shown[0].reason) if shown else ("ENDED", "", "")
+                rows.append({"id": str(cell[key]), "state": state, "nodes": nodes, "cell": cell["cell"], "reason": reason})
     return rows
 
 

@@ -81,7 +81,8 @@ def test_cells_layout_holds_each_cell_in_a_job_of_its_own_and_scancel_ends_them(
 def test_at_the_time_limit_the_head_ends_first_and_resume_continues(cli, tmp_path: Path) -> None:
     # A 2-minute limit: the head stops itself 90 s before it (Slurm's USR2 warning reaches job
     # steps, not the batch script the head runs in) and says so.
-    launched = _launch(cli, tmp_path / "runs", "--set", "cluster.time_limit=00:02:00")
+    launched = _launch(cli, tmp_path / "runs", "--set", "cluster.time_limit=00:02:00",
+                       "--set", "rollout.execution_time_limit_s=60")
     run_dir = launched["run_dir"]
     ended = wait_for(lambda: (v := status(cli, run_dir))["job"]["state"] == "ended" and v, timeout=150,
                      what="the head to stop before its time limit")
