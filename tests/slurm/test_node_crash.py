@@ -51,7 +51,7 @@ def _launch_beside_another_users_job(cli, tiny_model_dir: Path, root: Path, name
     """The other user's job holds every node the run does not take, so a lost cell can come back
     only on the node that crashed."""
     wait_for(lambda: _idle_nodes() == 5, timeout=120, what="an idle cluster")
-    blocker = subprocess.run(["sbatch", "--parsable", "-N2", "-c4", "-J", "other-user", "--wrap", "sleep 3000"],
+    blocker = subprocess.run(["sbatch", "--parsable", "-N2", "-c4", "-J", "other-user", "-o", "/dev/null", "--wrap", "sleep 3000"],
                              capture_output=True, text=True, check=True).stdout.strip()
     run_dir = launch_loop(cli, root=root, model=tiny_model_dir, name=name,
                           extra=("--set", f"run.steps={STEPS}", "--set", f"training.batch_executions={BATCH}",
