@@ -21,8 +21,8 @@ from collections.abc import Mapping, Sequence
 
 from gyrectl.cluster.base import Cluster, Node, StepSpec, StepStatus
 from gyrectl.cluster.processes import ProcessSteps
-from gyrectl.cluster.slurm_cli import (expand_hostlist, gres_gpus, job_steps, parse_cpus_per_node, parse_key_values,
-                                       run_slurm)
+from gyrectl.cluster.slurm_cli import (expand_hostlist, gres_gpus, job_steps, parse_cpus_per_node, run_slurm,
+                                       show_node)
 from gyrectl.errors import RuntimeFailure
 from gyrectl.launch.templates import render_template
 
@@ -59,8 +59,9 @@ def _gpus_per_node(job_id: str) -> dict[str, int]:
     return gpus
 
 
-def node_address(name: str) -> str:
-    return parse_key_values(run_slurm(["scontrol", "show", "node", name]).stdout).get("NodeAddr", name)
+def node_address(name: str, node: Mapping[str, str] | None = None) -> str:
+    """Where other nodes reach ``name``, from its :func:`show_node` record (read when not given)."""
+    return (node if node is not None else show_node(name)).get("NodeAddr", name)
 
 
 def srun_argv(spec: StepSpec, *, target: str, step_name: str | None = None) -> list[str]:

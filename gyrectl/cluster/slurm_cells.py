@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from gyrectl.cluster.base import Node, StepState, StepStatus
 from gyrectl.cluster.slurm import SlurmCluster, discover_allocation, node_address
-from gyrectl.cluster.slurm_cli import failed_nodes, job_nodes, job_states, run_slurm, slurmd_port
+from gyrectl.cluster.slurm_cli import failed_nodes, job_nodes, job_states, run_slurm, show_node, slurmd_port
 from gyrectl.config.schema import Config
 from gyrectl.errors import GyreError, RuntimeFailure
 from gyrectl.launch.rundir import RunDir
@@ -32,6 +32,8 @@ HOLD_POLL_S = 10.0
 """How often a cell job's batch script checks that the head still runs."""
 PROBE_TIMEOUT_S = 2.0
 """How long a node's slurmd may take to accept a connection before the node counts as gone."""
+_WAITING = (None, "PENDING", "CONFIGURING")
+"""States of a cell job not running yet (None: squeue does not list it yet)."""
 HEAD_MISSES = 3
 """Answers in a row without the head's job before a cell job lets its nodes go (one missing
 answer may be a controller hiccup)."""
@@ -124,8 +126,9 @@ class SlurmCellsCluster(SlurmCluster):
             return None
         state = job_states([asked.job_id]).get(asked.job_id)
         if state != "RUNNING":
-            if state not in (None, "PENDING", "CONFIGURING"):  # ended without running: ask again
+            if state not in _WAITING:  # ended without running: ask again
                 self._asked[cell] = self._submit(cell)
+                self._write_cells()
             return None
         self._cells[cell] = self._granted(asked.job_id)
         del self._asked[cell]
@@ -153,7 +156,7 @@ class SlurmCellsCluster(SlurmCluster):
 
     def _await_nodes(self, asked: CellJob) -> CellJob:
         while (state := job_states([asked.job_id]).get(asked.job_id)) != "RUNNING":
-            if state not in (None, "PENDING", "CONFIGURING"):
+            if state not in _WAITING:
                 raise RuntimeFailure(f"cell job {asked.job_id} ended ({state}) before it started")
             time.sleep(1.0)
         return self._granted(asked.job_id)
@@ -164,7 +167,9 @@ class SlurmCellsCluster(SlurmCluster):
     def _granted(self, job_id: str) -> CellJob:
         per_node = self._config.cluster
         nodes = job_nodes(job_id)
-        self._slurmd.update({name: (node_address(name), slurmd_port(name)) for name in nodes})
+        for name in nodes:
+            node = show_node(name)
+            self._slurmd[name] = (node_address(name, node), slurmd_port(node))
         return CellJob(job_id=job_id, nodes=tuple(
             Node(name=name, het_group=1, gpus=per_node.gpus_per_node, cpus=per_node.cpus_per_node,
                  address=self._slurmd[name][0]) for name in nodes))

@@ -6,10 +6,11 @@ a few times before it counts as a failure.
 
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gyrectl.errors import RuntimeFailure
@@ -191,12 +192,20 @@ def job_end_time(job_id: str) -> float | None:
         return None
 
 
-def slurmd_port(name: str) -> int:
-    """The port ``name``'s slurmd listens on: the node's own ``Port`` (several slurmds on one
-    host) or the cluster's ``SlurmdPort``."""
-    node = parse_key_values(run_slurm(["scontrol", "show", "node", "-o", name]).stdout)
-    if node.get("Port", "").isdigit():
-        return int(node["Port"])
+def show_node(name: str) -> dict[str, str]:
+    """``scontrol show node`` of one node, as ``Key=Value`` pairs."""
+    return parse_key_values(run_slurm(["scontrol", "show", "node", "-o", name]).stdout)
+
+
+def slurmd_port(node: Mapping[str, str]) -> int:
+    """The port a node's slurmd listens on, from its :func:`show_node` record: the node's own
+    ``Port`` (several slurmds on one host) or the cluster's ``SlurmdPort``."""
+    port = node.get("Port", "")
+    return int(port) if port.isdigit() else _cluster_slurmd_port()
+
+
+@functools.cache
+def _cluster_slurmd_port() -> int:
     config = run_slurm(["scontrol", "show", "config"]).stdout
     match = re.search(r"^SlurmdPort\s*=\s*(\d+)", config, re.MULTILINE)
     return int(match.group(1)) if match else 6818

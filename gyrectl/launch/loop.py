@@ -35,7 +35,7 @@ from gyrectl.rollout.live import CellServer, LiveRollouts
 from gyrectl.rollout.load import LoadPublisher
 from gyrectl.rollout.resume import carry_over
 from gyrectl.rollout.reward import load_verifier
-from gyrectl.rollout.server import served_model_name, server_url
+from gyrectl.rollout.server import served_model_name
 from gyrectl.rollout.tasks import load_tasks
 from gyrectl.rollout.weights import HttpWeightSync
 from gyrectl.scheduler import POLICIES
@@ -98,7 +98,7 @@ def run_loop(*, run: RunDir, config: Config, cluster: Cluster, nodes: Sequence[N
     steps = step_factory(config, run=run)
     cell_nodes = cells_of(nodes, config.cells.nodes_per_cell)
     address = {node.name: node.address for node in nodes}
-    servers = [CellServer(name=f"cell{cell}", url=server_url(config, cell=cell, address=address[names[0]]))
+    servers = [CellServer(name=f"cell{cell}", url=steps.server_url(cell=cell, address=address[names[0]]))
                for cell, names in enumerate(cell_nodes)]
     harnesses = HarnessRunner(command=_harness_argv(config.rollout.harness_command, launch_dir), cwd=launch_dir,
                               env={"OPENAI_API_KEY": token, "OPENAI_MODEL": served},

@@ -98,13 +98,13 @@ def job_view(run: RunDir) -> JobView:
     job = run.read_json(run.job_file) or {}
     job_id, backend = str(job.get("job_id", "")), str(job.get("backend", ""))
     if backend == "slurm":
-        return _slurm_job_view(run, job_id)
+        return _slurm_job_view(run, job_id, layout=str(job.get("layout", "")))
     if backend == "local":
         return _local_job_view(run, job_id)
     return JobView(id=job_id, backend=backend or "unknown", state="unknown", reason="no job.json in the run directory")
 
 
-def _slurm_job_view(run: RunDir, job_id: str) -> JobView:
+def _slurm_job_view(run: RunDir, job_id: str, *, layout: str) -> JobView:
     from gyrectl.cluster.slurm_cli import completed_state, show_job
 
     components = show_job(job_id)
@@ -118,7 +118,6 @@ def _slurm_job_view(run: RunDir, job_id: str) -> JobView:
     reason = (head_end_reason(run) or components[0].state.lower()) if state == "ended" else waiting_on
     error = str(_head_ended(run).get("error", "")) if state == "ended" else ""
     cells = _cell_jobs(run)
-    layout = (run.read_json(run.job_file) or {}).get("layout")
     if state == "running" and layout == "cells" and not run.nodes_file.exists():  # the head waits for its cells
         waiting = [c for c in cells if c["state"] == "PENDING"]
         state = "pending"
