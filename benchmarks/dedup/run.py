@@ -73,7 +73,7 @@ def bench_store_and_dedup(quick: bool) -> dict:
                 del calls, index
         store_bytes = path.stat().st_size
         start = time.perf_counter()
-        stored = read_store(path)
+        stored = read_store(path).calls
         timers["store_read"] = time.perf_counter() - start
         assert sum(len(c.edit.suffix) for calls in stored.values() for c in calls) == unique
         del stored

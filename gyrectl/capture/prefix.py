@@ -58,6 +58,11 @@ class PrefixIndex:
                 self._continuations.setdefault(keys[level], []).append(call)
         return edit
 
+    def hold_place(self) -> None:
+        """Takes the next call number for a call whose tokens are lost (a damaged record), so
+        later calls keep their numbers; it is never offered as a parent."""
+        self.chain.append(Edit(parent=NO_PARENT, offset=0, suffix=np.zeros(0, dtype=np.int32)))
+
     def _longest_known(self, keys: list[bytes]) -> int:
         lo, hi = 0, len(keys) - 1
         while lo < hi:

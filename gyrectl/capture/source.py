@@ -6,20 +6,24 @@ plain JSONL sink); ``trajectories/executions.jsonl`` holds, per execution, a lin
 ``reward`` when it finished and one with its ``step`` when a training step consumed it.
 A JSONL file of calls (``replay --export``'s format) may carry ``step`` and ``reward`` on its
 lines too.
+
+Nothing that can be read is refused for what cannot: damaged records, a torn tail and lines that
+are not calls are skipped and listed in :attr:`Recorded.skipped` for the caller to report.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from gyrectl.capture.record import CallRecord
 from gyrectl.capture.store import read_store
 from gyrectl.capture.stored import StoredCall, full_records, stored_calls
 from gyrectl.errors import UserError
 from gyrectl.launch.rundir import RunDir
-from gyrectl.store.jsonl import read_records
+from gyrectl.store.damage import Skipped
+from gyrectl.store.jsonl import scan_jsonl
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,10 @@ class Recorded:
     calls: dict[str, list[StoredCall]]
     """Calls per execution, arrival order, in edit form."""
     info: dict[str, ExecutionInfo]
+    skipped: list[Skipped] = field(default_factory=list)
+    """What could not be read: damaged records, a torn tail, lines that are not calls."""
+    unrecoverable: dict[str, int] = field(default_factory=dict)
+    """Per execution, intact calls stored as an edit of a call lost to damage."""
 
 
 def trajectories_dir(run: Path) -> Path:
@@ -46,7 +54,12 @@ def load(source: Path) -> Recorded:
     if source.is_dir():
         return _load_run(source)
     if source.is_file():
-        return _load_jsonl(source)
+        recorded = _load_jsonl(source)
+        if not recorded.calls:
+            first = f"; first skipped: {recorded.skipped[0].describe()}" if recorded.skipped else ""
+            raise UserError(f"{source}: no recorded calls (expected one JSON object per line with 'execution', "
+                            f"'prompt_token_ids', 'completion_token_ids'){first}")
+        return recorded
     raise UserError(f"{source}: no such run directory or JSONL file")
 
 
@@ -55,17 +68,27 @@ def _load_run(run: Path) -> Recorded:
     stores, jsonls = sorted(directory.glob("calls*.seg")), sorted(directory.glob("calls*.jsonl"))
     if not stores and not jsonls:
         raise UserError(f"{run}: no recorded calls (expected {directory}/calls*.seg or calls*.jsonl)")
+    files = [read_store(p) for p in stores] + [_load_jsonl(p) for p in jsonls]
     parts: dict[str, list[list[StoredCall]]] = {}
-    for per_file in [read_store(p) for p in stores] + [_load_jsonl(p).calls for p in jsonls]:
-        for execution, calls in per_file.items():
+    for contents in files:
+        for execution, calls in contents.calls.items():
             parts.setdefault(execution, []).append(calls)
     calls = {e: p[0] if len(p) == 1 else _reindex(p) for e, p in parts.items()}
+    unrecoverable: dict[str, int] = {}
+    for contents in files:
+        for execution, count in contents.unrecoverable.items():
+            unrecoverable[execution] = unrecoverable.get(execution, 0) + count
+    executions = scan_jsonl(RunDir(run).executions_file)
     info: dict[str, ExecutionInfo] = {}
-    for obj in read_records(RunDir(run).executions_file):
+    skipped = [s for contents in files for s in contents.skipped] + executions.skipped
+    for i, obj in enumerate(executions.records):
         # An execution has a line when it finishes (its reward) and one when a step claims it.
-        known = info.get(str(obj["execution"]), ExecutionInfo())
-        info[str(obj["execution"])] = ExecutionInfo(step=obj.get("step", known.step), reward=obj.get("reward", known.reward))
-    return Recorded(calls=calls, info=info)
+        problem = "missing key 'execution'" if "execution" not in obj else _info_problem(obj)
+        if problem:
+            skipped.append(executions.refused(i, problem))
+            continue
+        info[str(obj["execution"])] = _merge_info(info.get(str(obj["execution"])), obj)
+    return Recorded(calls=calls, info=info, skipped=skipped, unrecoverable=unrecoverable)
 
 
 def _reindex(parts: list[list[StoredCall]]) -> list[StoredCall]:
@@ -77,38 +100,37 @@ def _reindex(parts: list[list[StoredCall]]) -> list[StoredCall]:
 
 
 def _load_jsonl(path: Path) -> Recorded:
-    records, info = [], {}
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{number}"
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UserError(f"{where}: not valid JSON ({exc.msg})") from None
-            if not isinstance(obj, dict):
-                raise UserError(f"{where}: expected a JSON object with 'execution', 'prompt_token_ids', "
-                                "'completion_token_ids'")
-            try:
-                record = CallRecord.from_json(obj)
-            except (ValueError, TypeError) as exc:
-                raise UserError(f"{where}: {exc}") from None
-            records.append(record)
-            info[record.execution] = _line_info(obj, info.get(record.execution), where)
-    if not records:
-        raise UserError(f"{path}: no recorded calls (expected one JSON object per line)")
-    return Recorded(calls=stored_calls(records), info=info)
+    """Calls from a JSONL file; a line that is not a call is skipped and reported, like damage."""
+    contents = scan_jsonl(path)
+    records: list[CallRecord] = []
+    info: dict[str, ExecutionInfo] = {}
+    skipped = list(contents.skipped)
+    for i, obj in enumerate(contents.records):
+        try:
+            record = CallRecord.from_json(obj)
+        except (ValueError, TypeError) as exc:
+            skipped.append(contents.refused(i, str(exc)))
+            continue
+        problem = _info_problem(obj)
+        if problem:
+            skipped.append(contents.refused(i, problem))
+            continue
+        records.append(record)
+        info[record.execution] = _merge_info(info.get(record.execution), obj)
+    return Recorded(calls=stored_calls(records), info=info, skipped=skipped)
 
 
-def _line_info(obj: dict, known: ExecutionInfo | None, where: str) -> ExecutionInfo:
+def _info_problem(obj: dict[str, Any]) -> str:
     step, reward = obj.get("step"), obj.get("reward")
     if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
-        raise UserError(f"{where}: 'step' must be an integer")
+        return "'step' must be an integer"
     if reward is not None and (not isinstance(reward, (int, float)) or isinstance(reward, bool)):
-        raise UserError(f"{where}: 'reward' must be a number")
+        return "'reward' must be a number"
+    return ""
+
+
+def _merge_info(known: ExecutionInfo | None, obj: dict[str, Any]) -> ExecutionInfo:
     known = known or ExecutionInfo()
+    step, reward = obj.get("step"), obj.get("reward")
     return ExecutionInfo(step=known.step if step is None else step,
                          reward=known.reward if reward is None else float(reward))
-
-

@@ -5,22 +5,33 @@ Each call is stored as an edit of the earlier call of its execution that shares 
 prefix (see :mod:`gyrectl.capture.edit`): a 300-call session whose prompts extend each other
 stores its prefix once. One record per call::
 
-    header   "GYC1" | payload length u32 | CRC-32 of payload u32        (little-endian)
+    header   "GYC2" | payload length u32 | CRC-32 of "GYC2" + payload u32    (little-endian)
     payload  meta length u32 | parent i32 | offset u32 | suffix length u32 | prompt length u32
-             | logprob count u32 | meta (UTF-8 JSON: the CallRecord without tokens, defaults
-             left out) | suffix tokens (int32) | completion logprobs (float32)
+             | logprob count u32 | call index u32 | meta (UTF-8 JSON: the CallRecord without
+             tokens, defaults left out) | suffix tokens (int32) | completion logprobs (float32)
+
+The call index is the call's index within its execution in this file (what ``parent`` counts).
+Records of files written before it existed (``"GYC1"``: no call index, CRC of the payload alone)
+are still read, their calls numbered by arrival; a writer appends ``"GYC2"`` records after them.
+The version is inside the checksum, so a damaged magic cannot make a record decode the wrong way.
 
 A record is written with one ``write`` (and ``fsync``'d): a crash can only tear the last one.
-The reader keeps every record before it; a record that fails its checksum *before* the end is
-corruption, not a crash, and raises. The writer cuts a torn tail off before appending.
+Damage costs only the record it hits: the reader resynchronises on the next header whose
+checksum holds, and a tail with no valid record after it is torn. Every skip is reported. Since
+a call is an edit of an earlier one, an intact call whose ancestor was lost cannot be rebuilt:
+it is counted as *unrecoverable* (the call indexes tell which execution lost what), never read
+back as wrong tokens. The writer cuts a torn tail off before appending, and nothing else.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import struct
 import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -29,28 +40,37 @@ from gyrectl.capture.edit import Edit, EditChain
 from gyrectl.capture.prefix import PrefixIndex
 from gyrectl.capture.record import CallRecord
 from gyrectl.capture.stored import StoredCall, metadata_only
-from gyrectl.errors import RuntimeFailure
+from gyrectl.capture.survivors import Survivors, surviving_calls
+from gyrectl.store.damage import TORN_TAIL, Skipped, log_skipped
 
-MAGIC = b"GYC1"
+log = logging.getLogger(__name__)
+
 HEADER = struct.Struct("<4sII")
-FIXED = struct.Struct("<IiIIII")
+MAGIC = b"GYC2"
+"""Records as written now."""
+MAGIC_V1 = b"GYC1"
+"""Records written before the call index; read, never written."""
+_FIXED = {MAGIC: struct.Struct("<IiIIIII"), MAGIC_V1: struct.Struct("<IiIIII")}
+_MAGIC_STEM = b"GYC"
 _DEFAULTS = metadata_only(CallRecord(execution="", prompt_token_ids=(), completion_token_ids=())).to_json()
 
 
-def encode(call: StoredCall) -> bytes:
+def encode(call: StoredCall, *, call_index: int) -> bytes:
     meta = {k: v for k, v in call.meta.to_json().items() if v != _DEFAULTS[k] or k == "execution"}
     meta_bytes = json.dumps(meta, separators=(",", ":")).encode()
     logprobs = b"" if call.logprobs is None else call.logprobs.astype("<f4").tobytes()
     payload = b"".join([
-        FIXED.pack(len(meta_bytes), call.edit.parent, call.edit.offset, len(call.edit.suffix), call.prompt_len,
-                   0 if call.logprobs is None else len(call.logprobs) + 1),
+        _FIXED[MAGIC].pack(len(meta_bytes), call.edit.parent, call.edit.offset, len(call.edit.suffix),
+                           call.prompt_len, 0 if call.logprobs is None else len(call.logprobs) + 1, call_index),
         meta_bytes, call.edit.suffix.astype("<i4").tobytes(), logprobs])
-    return HEADER.pack(MAGIC, len(payload), zlib.crc32(payload)) + payload
+    return HEADER.pack(MAGIC, len(payload), _checksum(MAGIC, payload)) + payload
 
 
-def decode(payload: bytes) -> StoredCall:
-    meta_len, parent, offset, suffix_len, prompt_len, logprob_field = FIXED.unpack_from(payload)
-    at = FIXED.size
+def decode(payload: bytes, *, magic: bytes = MAGIC) -> tuple[StoredCall, int | None]:
+    """The call and its call index (None for a ``"GYC1"`` record, which has none)."""
+    fixed = _FIXED[magic]
+    meta_len, parent, offset, suffix_len, prompt_len, logprob_field, *call_index = fixed.unpack_from(payload)
+    at = fixed.size
     meta = json.loads(payload[at:at + meta_len])
     at += meta_len
     suffix = np.frombuffer(payload, dtype="<i4", count=suffix_len, offset=at).astype(np.int32)
@@ -59,31 +79,70 @@ def decode(payload: bytes) -> StoredCall:
     logprobs = None if logprob_field == 0 else \
         np.frombuffer(payload, dtype="<f4", count=logprob_field - 1, offset=at).astype(np.float32)
     record = CallRecord.from_json({**meta, "prompt_token_ids": [], "completion_token_ids": []})
-    return StoredCall(edit=Edit(parent, offset, suffix), prompt_len=prompt_len, logprobs=logprobs, meta=record)
+    return StoredCall(edit=Edit(parent, offset, suffix), prompt_len=prompt_len, logprobs=logprobs, meta=record), \
+        (call_index[0] if call_index else None)
 
 
-def scan(path: Path) -> tuple[list[StoredCall], int]:
-    """Every intact record of ``path`` and the byte length they span (a torn tail excluded)."""
-    data = Path(path).read_bytes() if Path(path).exists() else b""
-    calls, at = [], 0
+def _checksum(magic: bytes, payload: bytes) -> int:
+    return zlib.crc32(payload) if magic == MAGIC_V1 else zlib.crc32(magic + payload)
+
+
+@dataclass(frozen=True)
+class StoredRecord:
+    offset: int
+    call_index: int | None
+    call: StoredCall
+
+
+@dataclass(frozen=True)
+class StoreScan:
+    records: list[StoredRecord]
+    """Every intact record, in file order."""
+    skipped: list[Skipped]
+    valid_end: int
+    """Byte length up to the end of the last intact record (what a writer keeps)."""
+
+
+@dataclass(frozen=True)
+class StoreContents:
+    calls: dict[str, list[StoredCall]]
+    """Per execution, in arrival order, every call that can be rebuilt (edits re-indexed over
+    them when damage took some)."""
+    skipped: list[Skipped]
+    unrecoverable: dict[str, int]
+    """Per execution, intact calls stored as an edit of a call lost to damage."""
+
+
+def scan(path: Path) -> StoreScan:
+    """Every intact record of ``path`` and every span skipped between or after them."""
+    path = Path(path)
+    data = path.read_bytes() if path.exists() else b""
+    records: list[StoredRecord] = []
+    skipped: list[Skipped] = []
+    at = valid_end = 0
     while at < len(data):
-        if len(data) - at < HEADER.size:
-            break  # torn header
-        magic, length, crc = HEADER.unpack_from(data, at)
-        end = at + HEADER.size + length
-        payload = data[at + HEADER.size:end]
-        if magic != MAGIC or end > len(data) or zlib.crc32(payload) != crc:
-            if magic == MAGIC and end >= len(data):
-                break  # the last record was cut short by a crash
-            raise RuntimeFailure(f"{path}: corrupt record at byte {at} (bad magic or checksum)")
-        calls.append(decode(payload))
-        at = end
-    return calls, at
+        found = _record_at(data, at)
+        if found is not None:
+            records.append(StoredRecord(at, found[1], found[0]))
+            at = valid_end = found[2]
+            continue
+        following = next(_headers_after(data, at), None)
+        if following is None:
+            skipped.append(Skipped(str(path), at, len(data) - at, _tail_reason(data, at)))
+            break
+        skipped.append(Skipped(str(path), at, following - at, "damaged record (bad header or checksum)"))
+        at = following
+    return StoreScan(records, skipped, valid_end)
 
 
-def read_store(path: Path) -> dict[str, list[StoredCall]]:
-    """The calls of one store file, grouped by execution in arrival order."""
-    return _group(scan(path)[0])
+def read_store(path: Path) -> StoreContents:
+    """The calls of one store file that can be read back, grouped by execution in arrival order,
+    with what damage cost."""
+    scanned = scan(path)
+    survivors = surviving_calls((r.call_index, r.call) for r in scanned.records)
+    return StoreContents(calls={e: [call for _, call in s.calls] for e, s in survivors.items() if s.calls},
+                         skipped=scanned.skipped,
+                         unrecoverable={e: s.unrecoverable for e, s in survivors.items() if s.unrecoverable})
 
 
 class CaptureWriter:
@@ -96,17 +155,12 @@ class CaptureWriter:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fsync = fsync
-        existing, intact = scan(self.path)
+        scanned = scan(self.path)
+        log_skipped(scanned.skipped, log)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        os.ftruncate(self._fd, intact)  # drop a torn tail so the next record starts clean
-        self._indexes: dict[str, PrefixIndex] = {}
-        for execution, calls in _group(existing).items():
-            chain = EditChain()
-            for call in calls:
-                chain.append(call.edit)
-            index = self._indexes.setdefault(execution, PrefixIndex())
-            for i in range(len(calls)):
-                index.add(chain.tokens(i))
+        os.ftruncate(self._fd, scanned.valid_end)  # a torn tail goes; the next record starts clean
+        survivors = surviving_calls((r.call_index, r.call) for r in scanned.records)
+        self._indexes = {execution: _prefix_index(s) for execution, s in survivors.items()}
 
     def append(self, record: CallRecord) -> StoredCall:
         return self.append_tokens(
@@ -117,9 +171,9 @@ class CaptureWriter:
     def append_tokens(self, meta: CallRecord, tokens: np.ndarray, *, prompt_len: int,
                       logprobs: np.ndarray | None) -> StoredCall:
         """:meth:`append` for a call whose tokens are already an array (prompt + completion)."""
-        edit = self._indexes.setdefault(meta.execution, PrefixIndex()).add(tokens)
-        call = StoredCall(edit=edit, prompt_len=prompt_len, logprobs=logprobs, meta=meta)
-        os.write(self._fd, encode(call))
+        index = self._indexes.setdefault(meta.execution, PrefixIndex())
+        call = StoredCall(edit=index.add(tokens), prompt_len=prompt_len, logprobs=logprobs, meta=meta)
+        os.write(self._fd, encode(call, call_index=len(index.chain.edits) - 1))
         if self._fsync:
             os.fsync(self._fd)
         return call
@@ -140,9 +194,49 @@ class CaptureWriter:
         self.close()
 
 
-def _group(calls: list[StoredCall]) -> dict[str, list[StoredCall]]:
-    out: dict[str, list[StoredCall]] = {}
-    for call in calls:
-        out.setdefault(call.meta.execution, []).append(call)
-    return out
+def _record_at(data: bytes, at: int) -> tuple[StoredCall, int | None, int] | None:
+    """The intact record starting at ``at`` as ``(call, call_index, end)``, or None."""
+    if len(data) - at < HEADER.size:
+        return None
+    magic, length, crc = HEADER.unpack_from(data, at)
+    end = at + HEADER.size + length
+    if magic not in _FIXED or end > len(data) or _checksum(magic, data[at + HEADER.size:end]) != crc:
+        return None
+    try:
+        call, call_index = decode(data[at + HEADER.size:end], magic=magic)
+    except (ValueError, TypeError, KeyError, struct.error):
+        return None  # the checksum holds but the payload does not decode: damage all the same
+    return call, call_index, end
 
+
+def _headers_after(data: bytes, at: int) -> Iterator[int]:
+    """Offsets after ``at`` where an intact record starts: where reading resumes after damage."""
+    found = data.find(_MAGIC_STEM, at + 1)
+    while found >= 0:
+        if _record_at(data, found) is not None:
+            yield found
+        found = data.find(_MAGIC_STEM, found + 1)
+
+
+def _tail_reason(data: bytes, at: int) -> str:
+    if len(data) - at >= HEADER.size:
+        magic, length, _ = HEADER.unpack_from(data, at)
+        if magic in _FIXED and at + HEADER.size + length == len(data):
+            return "damaged last record (bad checksum)"
+    return TORN_TAIL
+
+
+def _prefix_index(survivors: Survivors) -> PrefixIndex:
+    """The writer's index of an execution reopened from the file: the survivors' tokens at their
+    call indexes, and a place held (never a parent) for each lost call."""
+    chain = EditChain()
+    for _, call in survivors.calls:
+        chain.append(call.edit)
+    place = {call_index: i for i, (call_index, _) in enumerate(survivors.calls)}
+    index = PrefixIndex()
+    for call_index in range(survivors.num_indexes):
+        if call_index in place:
+            index.add(chain.tokens(place[call_index]))
+        else:
+            index.hold_place()
+    return index

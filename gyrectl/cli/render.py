@@ -10,6 +10,9 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
+
+from gyrectl.store.damage import Skipped
 
 out = Console()
 err = Console(stderr=True)
@@ -28,3 +31,13 @@ def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> 
     for row in rows:
         t.add_row(*("" if v is None else str(v) for v in row))
     return t
+
+
+def skipped_text(skipped: Sequence[Skipped], *, read: str, most: int = 5) -> Text:
+    """What a reader skipped, and what it read instead (``read``: "12 record(s) of journal.jsonl"),
+    as plain text: paths are shown as they are, never as markup."""
+    lines = [f"skipped {len(skipped)} unreadable span(s); read {read}"]
+    lines += [f"  {span.describe()}" for span in skipped[:most]]
+    if len(skipped) > most:
+        lines.append(f"  ... {len(skipped) - most} more (--json lists them all)")
+    return Text("\n".join(lines), style="yellow")

@@ -12,12 +12,13 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.text import Text
 from rich.tree import Tree
 
-from gyrectl.capture.source import load
+from gyrectl.capture.source import Recorded, load
 from gyrectl.capture.stored import full_records
 from gyrectl.cli.options import JsonOpt
-from gyrectl.cli.render import emit_json, err, out, table
+from gyrectl.cli.render import emit_json, err, out, skipped_text, table
 from gyrectl.dedup.report import ExecutionReport, ReplayReport, replay_report
 from gyrectl.store.jsonl import JsonlAppender
 
@@ -49,6 +50,7 @@ def replay(
     """
     recorded = load(source)
     report = replay_report(recorded, step=step, execution=execution, j_max=j_max)
+    _say_what_was_lost(recorded)
     if export is not None:
         _export(recorded, report, export)
         err.print(f"wrote {sum(e.counts.calls for e in report.executions)} calls to {export}")
@@ -60,7 +62,19 @@ def replay(
     out.print(_stats_table(report))
 
 
-def _export(recorded, report: ReplayReport, path: Path) -> None:
+def _say_what_was_lost(recorded: Recorded) -> None:
+    """On stderr, so ``--json`` stays data only (the same facts are in its ``skipped`` and
+    ``unrecoverable_calls``)."""
+    if recorded.skipped:
+        err.print(skipped_text(recorded.skipped, read=f"{sum(map(len, recorded.calls.values()))} call(s)"),
+                  soft_wrap=True)
+    if recorded.unrecoverable:
+        lost = ", ".join(f"{e} ({n})" for e, n in sorted(recorded.unrecoverable.items()))
+        err.print(Text(f"{sum(recorded.unrecoverable.values())} intact call(s) extend a damaged record and "
+                       f"cannot be rebuilt: {lost}", style="yellow"), soft_wrap=True)
+
+
+def _export(recorded: Recorded, report: ReplayReport, path: Path) -> None:
     with JsonlAppender(path, fsync=False) as appender:
         for e in report.executions:
             extra = {k: v for k, v in (("step", e.info.step), ("reward", e.info.reward)) if v is not None}

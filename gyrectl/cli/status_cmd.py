@@ -12,7 +12,7 @@ from rich.console import Group
 from rich.live import Live
 
 from gyrectl.cli.options import DEFAULT_ROOT, JsonOpt, RootOpt, RunArg
-from gyrectl.cli.render import emit_json, err, out, table
+from gyrectl.cli.render import emit_json, err, out, skipped_text, table
 from gyrectl.config import load_config
 from gyrectl.coordinator.journal import read_events
 from gyrectl.coordinator.state import initial_state, limits_from_config
@@ -121,6 +121,9 @@ def render(view: RunView) -> Group:
                            [(s["step"], f"{s['reward_mean']:.3f}", s["executions"], s["naive_tokens"],
                              s["trained_tokens"], f"v{s['weight_version']}", f"{s['duration_s']:.1f}")
                             for s in view.steps[-10:]]))
+    if view.skipped:
+        parts.append(skipped_text(view.skipped, read=", ".join(
+            f"{count} record(s) of {name}" for name, count in view.records_read.items())))
     if view.note:
         parts.append(f"[dim]{view.note}[/]")
     return Group(*parts)

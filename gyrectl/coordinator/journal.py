@@ -1,17 +1,24 @@
 """The run journal: every coordinator event, one fsync'd JSON line each, in the order applied.
 
 A restarted coordinator calls :func:`replay` and gets the very state it had when it stopped
-(the policy being pure, it then makes the same decisions).
+(the policy being pure, it then makes the same decisions). A damaged line costs only its own
+event: it is skipped and reported (:func:`read_journal`), the rest is replayed.
 """
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
 from functools import reduce
 from pathlib import Path
+from typing import Any
 
 from gyrectl.coordinator.events import Event, apply, from_record, is_event_record, to_record
 from gyrectl.coordinator.state import CoordinatorState
-from gyrectl.store.jsonl import JsonlAppender, read_records
+from gyrectl.store.damage import Skipped, log_skipped
+from gyrectl.store.jsonl import JsonlAppender, scan_jsonl
+
+log = logging.getLogger(__name__)
 
 
 class Journal:
@@ -33,10 +40,37 @@ class Journal:
         self.close()
 
 
+@dataclass(frozen=True)
+class JournalContents:
+    events: list[Event]
+    """The coordinator's events, in the order applied."""
+    records: list[dict[str, Any]]
+    """Every record read, the head's own (``head_started``, ``head_ended``) included."""
+    skipped: list[Skipped]
+    """Lines that could not be read, and event records that do not make an event."""
+
+
+def read_journal(path: Path) -> JournalContents:
+    contents = scan_jsonl(path)
+    journal = JournalContents([], [], list(contents.skipped))
+    for i, record in enumerate(contents.records):
+        if is_event_record(record):
+            try:
+                journal.events.append(from_record(record))
+            except (KeyError, TypeError, ValueError) as exc:
+                journal.skipped.append(contents.refused(
+                    i, f"not a valid {record['event']} event ({type(exc).__name__}: {exc})"))
+                continue
+        journal.records.append(record)
+    return journal
+
+
 def read_events(path: Path) -> list[Event]:
     """The coordinator's events in ``path`` (the head's own records there, such as
-    ``head_started``, are skipped)."""
-    return [from_record(record) for record in read_records(path) if is_event_record(record)]
+    ``head_started``, are left out; damaged lines are logged and left out)."""
+    journal = read_journal(path)
+    log_skipped(journal.skipped, log)
+    return journal.events
 
 
 def replay(path: Path, initial: CoordinatorState) -> CoordinatorState:

@@ -10,6 +10,10 @@ Counts (the ``replay --json`` contract; extend, never rename):
 * ``computed_tokens_paths`` / ``trained_tokens_paths`` -- the same for paths mode (the union of
   the sampled paths);
 * ``paths`` -- root-to-leaf paths; ``weight_versions`` -- versions that sampled its tokens.
+
+Beside the counts, ``skipped`` lists every span of the source that could not be read (``file``,
+``offset``, ``bytes``, ``line``, ``reason``) and ``unrecoverable_calls`` counts, per execution,
+intact calls stored as an edit of a call lost to damage.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from gyrectl.capture.source import ExecutionInfo, Recorded
 from gyrectl.capture.tree import TokenTree, build_tree
 from gyrectl.dedup.paths import paths_dedup
 from gyrectl.errors import UserError
+from gyrectl.store.damage import Skipped
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,11 @@ class ExecutionReport:
 @dataclass(frozen=True)
 class ReplayReport:
     executions: tuple[ExecutionReport, ...]
+    skipped: tuple[Skipped, ...] = ()
+    """What the source held that could not be read."""
+    unrecoverable: dict[str, int] = field(default_factory=dict)
+    """Per selected execution (shown, or left with no call to show), intact calls that were
+    edits of a call lost to damage."""
 
     @property
     def totals(self) -> DedupCounts:
@@ -76,14 +86,17 @@ class ReplayReport:
     def to_json(self) -> dict:
         return {"totals": self.totals.to_json(),
                 "steps": [{"step": step, **counts.to_json()} for step, counts in self.by_step().items()],
-                "executions": [e.to_json() for e in self.executions]}
+                "executions": [e.to_json() for e in self.executions],
+                "skipped": [s.to_json() for s in self.skipped], "unrecoverable_calls": self.unrecoverable}
 
 
 def replay_report(recorded: Recorded, *, step: int | None = None, execution: str | None = None,
                   j_max: int = 4, seed: int = 0) -> ReplayReport:
-    chosen = [e for e in recorded.calls
-              if (execution is None or e == execution)
-              and (step is None or recorded.info.get(e, ExecutionInfo()).step == step)]
+    def wanted(e: str) -> bool:
+        return (execution is None or e == execution) and \
+            (step is None or recorded.info.get(e, ExecutionInfo()).step == step)
+
+    chosen = [e for e in recorded.calls if wanted(e)]
     if execution is not None and not chosen:
         raise UserError(f"no execution {execution!r} (known: {', '.join(list(recorded.calls)[:10])})")
     if step is not None and not chosen:
@@ -95,7 +108,8 @@ def replay_report(recorded: Recorded, *, step: int | None = None, execution: str
         ExecutionReport(execution=tree.execution, info=recorded.info.get(tree.execution, ExecutionInfo()),
                         counts=_counts(tree, paths), tree=tree,
                         weight_versions=tuple(int(v) for v in np.unique(tree.weight_version) if v >= 0))
-        for tree, paths in zip(trees, sampled)))
+        for tree, paths in zip(trees, sampled)), skipped=tuple(recorded.skipped),
+        unrecoverable={e: n for e, n in recorded.unrecoverable.items() if wanted(e)})
 
 
 def _counts(tree: TokenTree, paths) -> DedupCounts:

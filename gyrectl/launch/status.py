@@ -16,13 +16,17 @@ from typing import Any
 from gyrectl.config import load_config
 from gyrectl.coordinator.actuator import group_cells
 from gyrectl.coordinator.events import apply
-from gyrectl.coordinator.journal import read_events
+from gyrectl.coordinator.events import Event
+from gyrectl.coordinator.journal import read_journal
 from gyrectl.coordinator.state import initial_state, limits_from_config
 from gyrectl.coordinator.views import cell_rows, moves, placed_cells
 from gyrectl.errors import GyreError
 from gyrectl.launch.rundir import RunDir
-from gyrectl.store.jsonl import read_records
+from gyrectl.store.damage import Skipped
+from gyrectl.store.jsonl import JsonlContents, scan_jsonl
 
+STEP_NUMBERS = ("step", "reward_mean", "executions", "naive_tokens", "trained_tokens", "weight_version", "duration_s")
+"""The numbers of a step's metrics line that status and ``launch --wait`` show."""
 _PENDING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED", "CONFIGURING"}
 _RUNNING = {"RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING", "RESIZING"}
 
@@ -63,12 +67,17 @@ class RunView:
     """The rollout servers' load as the head last published it (``gyrectl.rollout.load``)."""
     servers_at: float | None = None
     """When the head published ``servers``."""
+    skipped: list[Skipped] = field(default_factory=list)
+    """Spans of the journal and the metrics that could not be read: everything else is shown."""
+    records_read: dict[str, int] = field(default_factory=dict)
+    """Records read and used, per file (``journal.jsonl``, ``metrics.jsonl``)."""
 
     def to_json(self) -> dict[str, Any]:
         return {"run_dir": self.run_dir, "name": self.name, "job": self.job.__dict__, "nodes": self.nodes,
                 "note": self.note, "steps": self.steps, "total_steps": self.total_steps, "cells": self.cells,
                 "moves": self.moves, "executions": self.executions, "training": self.training,
-                "servers": self.servers, "servers_at": self.servers_at}
+                "servers": self.servers, "servers_at": self.servers_at, "skipped": [s.to_json() for s in self.skipped],
+                "records_read": self.records_read}
 
 
 def fold_slurm_state(states: list[str]) -> str:
@@ -88,7 +97,7 @@ def head_end_reason(run: RunDir) -> str:
 def _head_ended(run: RunDir) -> dict[str, Any]:
     """The head's last ``head_ended`` record (a resumed run has one per head that ran)."""
     ended: dict[str, Any] = {}
-    for record in read_records(run.journal_file):
+    for record in scan_jsonl(run.journal_file).records:  # run_view reports the journal's damage
         if record.get("event") == "head_ended":
             ended = record
     return ended
@@ -170,16 +179,20 @@ def run_view(run: RunDir) -> RunView:
     if nodes and all(n.get("role") == "idle" for n in nodes):
         note = "all nodes idle: no coordinator assigns roles yet"
     load = run.read_json(run.servers_file) or {}
+    journal, metrics = read_journal(run.journal_file), scan_jsonl(run.metrics_file)
+    steps, refused = finished_steps(metrics)
     view = RunView(run_dir=str(run.path), name=run.name, job=job_view(run), nodes=nodes or [], note=note,
-                   steps=finished_steps(run), total_steps=_configured_steps(run),
-                   servers=load.get("servers", []), servers_at=load.get("at"))
-    return _with_coordinator(view, run, nodes or [])
+                   steps=steps, total_steps=_configured_steps(run),
+                   servers=load.get("servers", []), servers_at=load.get("at"),
+                   skipped=sorted(journal.skipped + metrics.skipped + refused, key=lambda s: (s.path, s.offset)),
+                   records_read={run.journal_file.name: len(journal.records),
+                                 run.metrics_file.name: len(metrics.records) - len(refused)})
+    return _with_coordinator(view, run, nodes or [], journal.events)
 
 
-def _with_coordinator(view: RunView, run: RunDir, nodes: list[dict[str, Any]]) -> RunView:
+def _with_coordinator(view: RunView, run: RunDir, nodes: list[dict[str, Any]], events: list[Event]) -> RunView:
     """The coordinator's view, rebuilt from the journal the same way a restarted coordinator
     rebuilds its state (nothing when no coordinator has written one)."""
-    events = read_events(run.journal_file)
     if not events:
         return view
     config = load_config(run.config_file)
@@ -196,10 +209,22 @@ def _with_coordinator(view: RunView, run: RunDir, nodes: list[dict[str, Any]]) -
                     "trained": state.trained})
 
 
-def finished_steps(run: RunDir) -> list[dict[str, Any]]:
-    """The trainer's metrics lines, one per finished step, in step order (a retried step once)."""
-    by_step = {record["step"]: record for record in read_records(run.metrics_file) if "step" in record}
-    return [by_step[step] for step in sorted(by_step)]
+def finished_steps(metrics: JsonlContents) -> tuple[list[dict[str, Any]], list[Skipped]]:
+    """The trainer's metrics lines, one per finished step, in step order (a retried step once),
+    and the lines that are not a step's metrics (damage that still parsed)."""
+    by_step: dict[int, dict[str, Any]] = {}
+    refused: list[Skipped] = []
+    for i, record in enumerate(metrics.records):
+        missing = [key for key in STEP_NUMBERS if not _is_number(record.get(key))]
+        if missing or not isinstance(record["step"], int):
+            refused.append(metrics.refused(i, f"not a training step's metrics (bad or missing {', '.join(missing) or 'step'})"))
+        else:
+            by_step[record["step"]] = record
+    return [by_step[step] for step in sorted(by_step)], refused
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _configured_steps(run: RunDir) -> int:

@@ -39,10 +39,19 @@ def carry_over(events: Sequence[Event], records: Iterable[dict[str, Any]], *, co
     taken: set[str] = set()
     for record in records:
         if "status" in record:
-            last_record[record["seq"]] = record  # a re-run's record comes after its orphan
-        elif record.get("step", completed_steps) < completed_steps:
-            taken.add(record["execution"])  # claims of an abandoned step do not count
+            if _is_finished_line(record):
+                last_record[record["seq"]] = record  # a re-run's record comes after its orphan
+        elif isinstance(record.get("step"), int) and isinstance(record.get("execution"), str):
+            if record["step"] < completed_steps:
+                taken.add(record["execution"])  # claims of an abandoned step do not count
     done = [last_record[seq] for seq in sorted(finished)
             if seq in last_record and last_record[seq]["execution"] not in taken]
     running = [(seq, version) for seq, version in sorted(version_of.items()) if seq not in finished]
     return CarriedOver(finished=done, running=running, next_seq=len(version_of))
+
+
+def _is_finished_line(record: dict[str, Any]) -> bool:
+    """A finished execution's line as ``LiveRollouts`` writes it (damage that still parses as
+    JSON may have lost a field; such a line is left out like an unreadable one)."""
+    return isinstance(record.get("seq"), int) and isinstance(record.get("execution"), str) \
+        and isinstance(record.get("status"), str) and "weight_version" in record

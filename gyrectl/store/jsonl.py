@@ -1,20 +1,115 @@
-"""Append-only JSON-lines files that survive a crash.
+"""Append-only JSON-lines files that survive a crash and lose nothing to a damaged byte.
 
 Each record is one line, written with a single ``write`` and ``fsync``'d before ``append``
-returns, so a crash can only tear the *last* line. :func:`read_records` keeps every complete
-record and skips a torn tail (a last line without its newline or that does not parse); a bad
-line in the *middle* is corruption, not a crash, and raises.
+returns, so a crash can only tear the *last* line. Damage anywhere else costs only the record it
+hits:
+
+* a line that does not parse, or is not a JSON object, is skipped and reported;
+* a record whose line end was damaged into another byte is glued to the next one: both are read
+  (the JSON decoder finds where the first object ends), and the stray byte is reported;
+* an unterminated last line is a torn tail when it holds no whole record, and a record missing
+  only its line end otherwise.
+
+:func:`scan_jsonl` returns the records and a :class:`~gyrectl.store.damage.Skipped` per span it
+passed over, for readers that report damage (``gyrectl status``, ``gyrectl replay``);
+:func:`read_records` yields the records and logs the skips. The appender repairs a torn tail
+before it appends, so the next record never lands on garbage, and never cuts a whole record.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gyrectl.errors import RuntimeFailure
+from gyrectl.store.damage import TORN_TAIL, Skipped, log_skipped
+
+log = logging.getLogger(__name__)
+_DECODER = json.JSONDecoder()
+
+
+@dataclass(frozen=True)
+class JsonlContents:
+    path: str
+    records: list[dict[str, Any]]
+    skipped: list[Skipped]
+    spans: list[tuple[int, int, int]]
+    """``(line number, start, end)`` of each record, for :meth:`refused`."""
+
+    def refused(self, i: int, reason: str) -> Skipped:
+        """A skip for record ``i``, whose JSON parsed but whose content the reader cannot use."""
+        line, start, end = self.spans[i]
+        return Skipped(self.path, start, end - start, reason, line=line)
+
+
+@dataclass(frozen=True)
+class ParsedLine:
+    """What one line of the file holds: its records with their byte ends, and its bad spans."""
+
+    records: list[tuple[dict[str, Any], int, int]]
+    """Each record with its start and end byte offsets."""
+    bad: list[tuple[int, int, str]]
+    """``(start, end, reason)`` of each span that holds no record."""
+
+
+def scan_jsonl(path: Path) -> JsonlContents:
+    """Every record of ``path`` that can be read, and what was skipped (a missing file is empty)."""
+    path = Path(path)
+    contents = JsonlContents(str(path), [], [], [])
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return contents
+    start, number = 0, 1
+    while start < len(data):
+        newline = data.find(b"\n", start)
+        end = len(data) if newline < 0 else newline
+        line = parse_line(data, start, end, terminated=newline >= 0)
+        contents.records.extend(record for record, _, _ in line.records)
+        contents.spans.extend((number, lo, hi) for _, lo, hi in line.records)
+        contents.skipped.extend(Skipped(str(path), lo, hi - lo, reason, line=number) for lo, hi, reason in line.bad)
+        start, number = end + 1, number + 1
+    return contents
+
+
+def read_records(path: Path) -> Iterator[dict[str, Any]]:
+    """Yields every record of ``path`` that can be read; what cannot is logged and skipped."""
+    contents = scan_jsonl(path)
+    log_skipped(contents.skipped, log)
+    yield from contents.records
+
+
+def parse_line(data: bytes, start: int, end: int, *, terminated: bool) -> ParsedLine:
+    """The records in ``data[start:end]`` (one line, without its newline), with absolute offsets."""
+    raw = data[start:end]
+    text = raw.decode("utf-8", "surrogateescape")  # a damaged byte must not hide the rest of the line
+    to_byte = (lambda i: start + i) if len(text) == len(raw) else \
+        (lambda i: start + len(text[:i].encode("utf-8", "surrogateescape")))
+    line = ParsedLine([], [])
+    at = 0
+    while True:
+        while at < len(text) and text[at] in " \t\r":
+            at += 1
+        if at == len(text):
+            return line
+        try:
+            value, stop = _DECODER.raw_decode(text, at)
+        except (ValueError, RecursionError):
+            line.bad.append((to_byte(at), end, "not valid JSON" if terminated else TORN_TAIL))
+            return line
+        if not isinstance(value, dict):
+            line.bad.append((to_byte(at), end, "not a JSON object"))
+            return line
+        line.records.append((value, to_byte(at), to_byte(stop)))
+        if not text[stop:].strip():
+            return line
+        # Another byte where this record's line end should be: the next record follows it.
+        line.bad.append((to_byte(stop), to_byte(stop + 1), "damaged line end between two records"))
+        at = stop + 1
 
 
 class JsonlAppender:
@@ -24,22 +119,24 @@ class JsonlAppender:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fsync = fsync
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        self._drop_torn_tail()
+        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+        self._repair_tail()
 
-    def _drop_torn_tail(self) -> None:
-        # A crash mid-write leaves a last line without "\n"; appending after it would glue the
-        # next record onto garbage, so cut the file back to the last complete line first.
+    def _repair_tail(self) -> None:
+        # Appending after an unterminated last line would glue the next record onto it. Keep the
+        # whole records that line holds (end it with its newline) and cut only what follows them.
         size = os.fstat(self._fd).st_size
-        if size == 0:
+        if size == 0 or os.pread(self._fd, 1, size - 1) == b"\n":
             return
-        with open(self.path, "rb") as f:
-            f.seek(max(0, size - 1))
-            if f.read(1) == b"\n":
-                return
-            f.seek(0)
-            data = f.read()
-        os.ftruncate(self._fd, data.rfind(b"\n") + 1)
+        data = os.pread(self._fd, size, 0)
+        start = data.rfind(b"\n") + 1
+        line = parse_line(data, start, size, terminated=False)
+        keep = line.records[-1][2] if line.records else start
+        if keep < size:
+            log.warning("%s: cut %d byte(s) of an incomplete last record at byte %d", self.path, size - keep, keep)
+            os.ftruncate(self._fd, keep)
+        if keep > start:
+            os.write(self._fd, b"\n")
 
     def append(self, record: dict[str, Any]) -> None:
         line = json.dumps(record, separators=(",", ":"), sort_keys=True) + "\n"
@@ -57,24 +154,3 @@ class JsonlAppender:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def read_records(path: Path) -> Iterator[dict[str, Any]]:
-    """Yields every complete record of ``path``; a torn last line is skipped."""
-    path = Path(path)
-    if not path.exists():
-        return
-    with open(path, "rb") as f:
-        lines = f.read().split(b"\n")
-    # After split, a file that ends in "\n" has an empty last element; anything else there is
-    # a line the writer never finished.
-    complete, tail = lines[:-1], lines[-1]  # a non-empty tail is a torn last record: skipped
-    for number, raw in enumerate(complete, start=1):
-        if not raw.strip():
-            continue
-        try:
-            yield json.loads(raw)
-        except json.JSONDecodeError as exc:
-            if number == len(complete) and not tail:
-                return  # the last complete-looking line may itself be torn (partial flush)
-            raise RuntimeFailure(f"{path}:{number}: corrupt record ({exc.msg})") from exc

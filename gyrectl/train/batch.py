@@ -17,6 +17,7 @@ counted in ``num_skipped``, and left out of its group's advantage statistics.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +29,10 @@ from gyrectl.dedup.packing import PackedMicroBatch, pack
 from gyrectl.dedup.paths import paths_dedup
 from gyrectl.errors import UserError
 from gyrectl.launch.rundir import RunDir
+from gyrectl.store.damage import log_skipped
 from gyrectl.train.grpo import group_advantages
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -120,4 +124,8 @@ def _recorded_calls(run: RunDir) -> dict:
     # step read only its own.
     if not any(run.trajectories_dir.glob("calls*")):
         return {}
-    return load(run.path).calls
+    recorded = load(run.path)
+    log_skipped(recorded.skipped, log)
+    for execution, count in recorded.unrecoverable.items():
+        log.warning("execution %s: %d call(s) extend a damaged record and are left out of training", execution, count)
+    return recorded.calls

@@ -76,7 +76,7 @@ def test_live_servers_serve_advancing_weight_versions(finished_run) -> None:
     run_dir = finished_run
     synced = {e.version for e in read_events(run_dir / "journal.jsonl") if isinstance(e, WeightsSynced)}
     assert synced >= {1, 2}, synced
-    versions = {call.meta.weight_version for calls in read_store(run_dir / "trajectories" / "calls.seg").values()
+    versions = {call.meta.weight_version for calls in read_store(run_dir / "trajectories" / "calls.seg").calls.values()
                 for call in calls}
     assert max(v for v in versions if v is not None) >= 2, versions
 

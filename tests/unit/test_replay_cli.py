@@ -8,7 +8,7 @@ import json
 import pytest
 
 from gyrectl.capture.record import CallRecord
-from gyrectl.capture.store import CaptureWriter
+from gyrectl.capture.store import CaptureWriter, scan
 from gyrectl.cli.app import main
 
 CALLS = [
@@ -90,13 +90,50 @@ def test_human_view_shows_tree_and_stats(tmp_path, capsys):
     ({"execution": "a", "prompt_token_ids": [1], "completion_token_ids": [2], "weight_version": "v1"},
      "'weight_version'"),
     ({"execution": "a", "prompt_token_ids": [1], "completion_token_ids": [2], "role": "boss"}, "'role'"),
-    ([1, 2], "expected a JSON object"),
+    ([1, 2], "not a JSON object"),
 ])
-def test_bad_input_names_file_line_and_key(tmp_path, capsys, line, key):
-    path = write_lines(tmp_path / "calls.jsonl", [CALLS[0], line])
+def test_a_bad_line_is_skipped_and_named_and_the_rest_is_shown(tmp_path, capsys, line, key):
+    path = write_lines(tmp_path / "calls.jsonl", [CALLS[0], line, CALLS[3]])
     code, out, err = run_cli(["replay", str(path), "--json"], capsys)
-    assert code == 2 and out == ""
-    assert f"calls.jsonl:2" in err and key in err and "Traceback" not in err
+    assert code in (0, None)
+    report = json.loads(out)
+    assert [(e["execution"], e["calls"]) for e in report["executions"]] == [("a", 1), ("b", 1)]
+    assert [(s["line"], key in s["reason"]) for s in report["skipped"]] == [(2, True)]
+    assert "calls.jsonl:2" in err and key in err and "Traceback" not in err
+
+
+def test_a_torn_last_line_is_skipped_not_refused(tmp_path, capsys):
+    path = tmp_path / "calls.jsonl"
+    path.write_text(json.dumps(CALLS[0]) + "\n" + json.dumps(CALLS[1])[:25])
+    code, out, err = run_cli(["replay", str(path), "--json"], capsys)
+    assert code in (0, None) and json.loads(out)["totals"]["calls"] == 1
+    assert "calls.jsonl:2: incomplete last record" in err
+
+
+def test_a_file_with_no_readable_call_is_a_usage_error_naming_the_first_problem(tmp_path, capsys):
+    path = write_lines(tmp_path / "calls.jsonl", [{"execution": "a", "prompt_token_ids": "1 2", "completion_token_ids": [2]}])
+    code, out, err = run_cli(["replay", str(path), "--json"], capsys)
+    assert code == 2 and out == "" and "no recorded calls" in err and "calls.jsonl:1" in err
+    assert "'prompt_token_ids'" in err and "Traceback" not in err
+
+
+def test_a_damaged_store_is_read_around_the_damage_and_reported(tmp_path, capsys):
+    run = tmp_path / "run"
+    store = run / "trajectories" / "calls.seg"
+    with CaptureWriter(store, fsync=False) as writer:
+        for obj in CALLS:
+            writer.append(CallRecord.from_json(obj))
+    offsets = [r.offset for r in scan(store).records]
+    data = bytearray(store.read_bytes())
+    data[offsets[0] + 30] ^= 0x01  # a's first call, which a's two later calls extend
+    store.write_bytes(bytes(data))
+    code, out, err = run_cli(["replay", str(run), "--json"], capsys)
+    assert code in (0, None)
+    report = json.loads(out)
+    assert [(e["execution"], e["calls"]) for e in report["executions"]] == [("b", 1)]
+    assert [(s["offset"], s["bytes"]) for s in report["skipped"]] == [(0, offsets[1])]
+    assert report["unrecoverable_calls"] == {"a": 2}
+    assert "skipped 1 unreadable span(s); read 1 call(s)" in err and "cannot be rebuilt: a (2)" in err
 
 
 def test_missing_or_empty_source_is_a_usage_error(tmp_path, capsys):
