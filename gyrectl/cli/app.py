@@ -53,7 +53,8 @@ def main(argv: list[str] | None = None) -> None:
         if show_traceback:
             traceback.print_exc()
         err.print(f"[bold red]internal error:[/] {type(exc).__name__}: {escape(str(exc))}\n"
-                  "(set GYRECTL_TRACEBACK=1 to see the traceback, and please report it)", highlight=False)
+                  "(set GYRECTL_TRACEBACK=1 to see the traceback, and please report it)",
+                  highlight=False, soft_wrap=True)
         sys.exit(EXIT_RUNTIME)
 
 

@@ -30,9 +30,10 @@ def check(config: ConfigArg, set_: SetOpt = [], json_: JsonOpt = False) -> None:
     if json_:
         emit_json(summary)
         return
-    out.print(f"[green]ok[/] {escape(str(config))}: {cfg.cluster.backend} backend, {cfg.cluster.nodes} worker node(s) = "
+    out.print(f"[green]ok[/] {escape(str(config))}: {cfg.cluster.backend} backend, "
+              f"{cfg.cluster.nodes} worker node(s) = "
               f"{cfg.num_cells} cell(s) of {cfg.cells.nodes_per_cell}, {summary['gpus']} GPU(s), "
-              f"{cfg.scheduler.policy} scheduling", highlight=False)
+              f"{cfg.scheduler.policy} scheduling", highlight=False, soft_wrap=True)
 
 
 @app.command("show")

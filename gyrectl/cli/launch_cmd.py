@@ -81,6 +81,6 @@ def launch(
         out.print(f"[green]{verb}[/] " + escape(f"{name}: job {result.job_id} ({result.backend})\n"
                                                  f"  run directory  {result.run_dir}\n"
                                                  f"  watch it with  gyrectl status {result.run_dir} --watch"),
-                  highlight=False)
+                  highlight=False, soft_wrap=True)
     if wait:
         wait_for_end(RunDir(result.run_dir), quiet=json_)

@@ -33,4 +33,4 @@ def tiny(out_dir: Annotated[Path, typer.Argument(help="Folder to write the model
         emit_json(summary)
     else:
         out.print(f"[green]built[/] {escape(str(summary['path']))}: {summary['params']:,} parameters, "
-                  f"vocabulary {summary['vocab']}", highlight=False)
+                  f"vocabulary {summary['vocab']}", highlight=False, soft_wrap=True)

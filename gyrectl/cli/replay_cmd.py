@@ -52,7 +52,8 @@ def replay(
     report = replay_report(recorded, step=step, execution=execution, j_max=j_max)
     if export is not None:
         _export(recorded, report, export)
-        err.print(escape(f"wrote {sum(e.counts.calls for e in report.executions)} calls to {export}"), highlight=False)
+        err.print(escape(f"wrote {sum(e.counts.calls for e in report.executions)} calls to {export}"),
+                  highlight=False, soft_wrap=True)
     if json_:
         emit_json(report.to_json())
         return

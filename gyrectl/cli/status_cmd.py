@@ -159,7 +159,7 @@ def write_timeline(run: RunDir, path: Path) -> None:
     config = run_config(run)
     draw_timeline(path, initial=initial_state(limits_from_config(config)), events=events, wall_clock=True,
                   title=f"{run.name}: {config.scheduler.policy}, {config.num_cells} cells")
-    err.print(escape(f"timeline written to {path}"), highlight=False)
+    err.print(escape(f"timeline written to {path}"), highlight=False, soft_wrap=True)
 
 
 def stop(run: RunArg, root: RootOpt = DEFAULT_ROOT) -> None:
@@ -170,7 +170,8 @@ def stop(run: RunArg, root: RootOpt = DEFAULT_ROOT) -> None:
     run_dir = RunDir.open(run, output_root=root)
     view = run_view(run_dir)
     if view.job.state == "ended":
-        out.print(escape(f"{run_dir.name} has already ended ({view.job.reason or view.job.slurm_state})"), highlight=False)
+        out.print(escape(f"{run_dir.name} has already ended ({view.job.reason or view.job.slurm_state})"),
+                  highlight=False, soft_wrap=True)
         return
     run_dir.stop_file.write_text(f"{time.time()}\n")
     if view.job.backend == "slurm" and view.job.state == "pending":
@@ -181,5 +182,6 @@ def stop(run: RunArg, root: RootOpt = DEFAULT_ROOT) -> None:
         raise RuntimeFailure(f"wrote {run_dir.stop_file}, which ends the run if its head runs, but cannot tell the "
                              "run's job to cancel it while it waits: "
                              + (f"{run_dir.job_file} is damaged: {damaged}" if damaged else view.job.reason))
-    out.print(escape(f"asked {run_dir.name} (job {view.job.id}) to stop; follow with: gyrectl status {run_dir.path} --watch"),
-              highlight=False)
+    out.print(escape(f"asked {run_dir.name} (job {view.job.id}) to stop; follow with: "
+                     f"gyrectl status {run_dir.path} --watch"),
+              highlight=False, soft_wrap=True)

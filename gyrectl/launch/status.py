@@ -23,7 +23,8 @@ from gyrectl.coordinator.journal import read_events
 from gyrectl.coordinator.state import initial_state, limits_from_config
 from gyrectl.coordinator.views import cell_rows, moves, placed_cells
 from gyrectl.launch.rundir import DamagedRunFile, RunDir
-from gyrectl.launch.runfiles import STEP_METRICS, check_fields, read_cells, read_job, read_nodes, read_servers, run_config
+from gyrectl.launch.runfiles import (STEP_METRICS, check_fields, read_cells, read_job, read_nodes, read_servers,
+                                     run_config)
 from gyrectl.store.jsonl import read_records
 
 _PENDING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED", "CONFIGURING"}
@@ -119,7 +120,8 @@ def job_view(run: RunDir, *, damaged: dict[str, str] | None = None) -> JobView:
     """The run's job as its backend sees it; ``damaged`` as in :func:`_read`."""
     job = _read(read_job, run, damaged, None)
     if damaged and run.job_file.name in damaged:
-        return JobView(id="", backend="unknown", state="unknown", reason="job.json is damaged: the run's job is unknown")
+        return JobView(id="", backend="unknown", state="unknown",
+                       reason="job.json is damaged: the run's job is unknown")
     job = job or {}
     job_id, backend = str(job.get("job_id", "")), str(job.get("backend", ""))
     if backend == "slurm":
@@ -192,7 +194,8 @@ def _is_head_process(pid: int, run: RunDir) -> bool:
 def run_view(run: RunDir) -> RunView:
     damaged: dict[str, str] = {}
     nodes = _read(read_nodes, run, damaged, None)
-    note = "" if nodes or run.nodes_file.name in damaged else "the head has not written the node table yet (job pending or starting)"
+    note = "" if nodes or run.nodes_file.name in damaged else \
+        "the head has not written the node table yet (job pending or starting)"
     if nodes and all(n["role"] == "idle" for n in nodes):
         note = "all nodes idle: no coordinator assigns roles yet"
     load = _read(read_servers, run, damaged, {"at": None, "servers": []})
@@ -234,5 +237,6 @@ def finished_steps(run: RunDir, damaged: dict[str, str]) -> list[dict[str, Any]]
             continue
         by_step[record["step"]] = record
     if left_out:
-        damaged[run.metrics_file.name] = f"{len(left_out)} line(s) without a finished step's fields left out ({left_out[0]})"
+        damaged[run.metrics_file.name] = (f"{len(left_out)} line(s) without a finished step's fields left out "
+                                          f"({left_out[0]})")
     return [by_step[step] for step in sorted(by_step)]
