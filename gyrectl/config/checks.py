@@ -44,7 +44,7 @@ def _at_least(path: str, value: int | float, minimum: int | float) -> None:
 
 def check_values(value: Any, path: str = "") -> None:
     """Every string of the config (keys of mappings too) is one line of printable text, and every
-    number is finite. Strings reach shell lines, ``#SBATCH`` lines, srun and command lines and
+    number is finite and fits 64 bits. Strings reach shell lines, ``#SBATCH`` lines, srun and command lines and
     environment variables: a newline there starts a line of its own (an injected directive or
     command), and a NUL ends a command-line argument. NaN slips through every range check (each
     comparison with it is false)."""
@@ -63,6 +63,8 @@ def check_values(value: Any, path: str = "") -> None:
         raise ConfigError(path, problem)
     elif isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(path, f"must be a finite number, got {value}")
+    elif isinstance(value, int) and not -2**63 <= value < 2**63:
+        raise ConfigError(path, f"{value} does not fit a 64-bit integer (numpy, torch and Slurm take no more)")
 
 
 def _control_problem(text: str) -> str:
@@ -81,6 +83,7 @@ def check_config(config: Config) -> None:
                                       "(it names a directory)")
     if not run.output_root.strip():
         raise ConfigError("run.output_root", "must not be empty")
+    _at_least("run.seed", run.seed, 0)  # numpy's generators take no negative seed
     _at_least("run.steps", run.steps, 1)
     try:
         limit_s = parse_time_limit_s(cluster.time_limit)

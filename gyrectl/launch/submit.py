@@ -19,7 +19,7 @@ from gyrectl.config.schema import Config
 from gyrectl.errors import RuntimeFailure, UserError
 from gyrectl.launch.rundir import DamagedRunFile, RunDir
 from gyrectl.launch.runfiles import read_job, run_config
-from gyrectl.launch.sbatch import head_parameters, render_for_config, worker_directives
+from gyrectl.launch.sbatch import check_run_dir, head_parameters, render_for_config, worker_directives
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,7 @@ def resume_run(run: RunDir) -> LaunchResult:
 def _check_before_submitting(config: Config) -> None:
     check_loop_inputs(config, Path.cwd())
     if config.cluster.backend == "slurm":
+        check_run_dir(run_path(config))
         check_fits(config)
 
 

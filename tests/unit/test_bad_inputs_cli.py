@@ -48,6 +48,19 @@ def test_replay_prints_execution_ids_and_export_paths_as_text(cli, tmp_path: Pat
     _clean(result)
 
 
+@pytest.mark.parametrize("content,message", [
+    (b'{"duration_s": NaN, "tokens": 5}\n', ":1: duration_s must be a finite number > 0"),
+    (b'{"duration_s": 1, "tokens": 1e999}\n', ":1: each line needs numbers 'duration_s' and 'tokens'"),
+    (b'{"duration_s": 1, "tokens": 5}\n\xff\n', "is not UTF-8 text"),
+])
+def test_simulate_refuses_a_bad_workload_file(cli, tmp_path: Path, content: bytes, message: str) -> None:
+    path = tmp_path / "workload.jsonl"
+    path.write_bytes(content)
+    result = cli("simulate", "configs/sim-32nodes.yaml", "--workload", str(path))
+    assert result.returncode == 2 and message in " ".join(result.stderr.split())
+    _clean(result)
+
+
 def _run(root: Path, name: str = "r") -> RunDir:
     """A run directory as launch leaves it, without running anything."""
     run = RunDir.create(root, name)
@@ -142,9 +155,17 @@ def test_status_shows_the_rest_of_a_run_and_names_a_damaged_file(cli, tmp_path: 
     view = json.loads(as_json.stdout)
     assert problem in view["damaged"][name] and view["run_dir"] == str(run.path)
     assert view["job"]["state"] == ("unknown" if name == "job.json" else "ended")
-    shown = cli("status", str(run.path))
-    assert shown.returncode == 0 and f"{name} is damaged" in shown.stdout
     _clean(as_json)
+
+
+def test_status_renders_every_damaged_file_by_name(cli, tmp_path: Path) -> None:
+    run = _run(tmp_path)
+    for name, content, _ in [DAMAGED[i] for i in (0, 7, 9, 10, 11)]:  # a nodes.json row without its fields
+        (run.path / name).write_bytes(content)                           # crashed the table once
+    shown = cli("status", str(run.path))
+    assert shown.returncode == 0, shown.stderr
+    for name in ("job.json", "nodes.json", "servers.json", "metrics.jsonl", "config.yaml"):
+        assert f"{name} is damaged" in shown.stdout
     _clean(shown)
 
 

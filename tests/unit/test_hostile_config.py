@@ -102,6 +102,25 @@ def test_non_finite_numbers_are_config_errors_on_the_cli(cli, override: str, fie
     assert "Traceback" not in result.stderr + result.stdout
 
 
+@pytest.mark.parametrize("override,message", [
+    ("cluster.nodes=99999999999999999999", "cluster.nodes: 99999999999999999999 does not fit a 64-bit integer"),
+    ("run.seed=-1", "run.seed: must be at least 0, got -1"),  # numpy's generators refuse it
+])
+def test_integers_numpy_and_torch_cannot_take_are_config_errors(cli, override: str, message: str) -> None:
+    result = cli("config", "check", BASE, "--set", override)
+    assert result.returncode == 2 and message in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_a_percent_in_the_slurm_run_directory_is_refused_before_anything_exists(cli, tmp_path: Path) -> None:
+    root = tmp_path / "runs%j"  # Slurm would write the logs to runs<JOBID>/...
+    for extra in (["--dry-run"], []):
+        result = cli("launch", BASE, "--set", f"run.output_root={root}", *extra)
+        assert result.returncode == 2 and "holds '%', which Slurm expands" in result.stderr
+        assert "#SBATCH" not in result.stdout and "Traceback" not in result.stderr
+    assert not root.exists()
+
+
 def _bomb(levels: int) -> str:
     lines = ['a0: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x", "x"]']
     lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, levels)]
