@@ -194,8 +194,8 @@ def _is_head_process(pid: int, run: RunDir) -> bool:
 def run_view(run: RunDir) -> RunView:
     damaged: dict[str, str] = {}
     nodes = _read(read_nodes, run, damaged, None)
-    note = "" if nodes or run.nodes_file.name in damaged else \
-        "the head has not written the node table yet (job pending or starting)"
+    written = nodes or run.nodes_file.name in damaged
+    note = "" if written else "the head has not written the node table yet (job pending or starting)"
     if nodes and all(n["role"] == "idle" for n in nodes):
         note = "all nodes idle: no coordinator assigns roles yet"
     load = _read(read_servers, run, damaged, {"at": None, "servers": []})

@@ -55,7 +55,7 @@ def resume_run(run: RunDir) -> LaunchResult:
     try:
         job = job_view(run)
     except DamagedRunFile as exc:
-        raise DamagedRunFile(exc.path, f"{exc.problem}; gyrectl cannot tell whether the run's job still runs, "
+        raise DamagedRunFile(exc.path, f"{exc.problem}; gyrectl cannot tell whether the run's jobs still run, "
                                        "so it starts no second head. Restore the file, or delete it once no job "
                                        "of this run is left (squeue), and resume again") from None
     if job.state in ("pending", "running"):
