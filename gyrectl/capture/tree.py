@@ -148,7 +148,7 @@ def build_tree(execution: str, calls: Sequence[StoredCall]) -> TokenTree:
     order = _dfs_order(seg_parent_a)
 
     # Relayout tokens so every subtree is contiguous.
-    new_seg_start = np.concatenate([[0], np.cumsum(seg_len[order])[:-1]]).astype(np.int64)
+    new_seg_start = (np.cumsum(seg_len[order]) - seg_len[order]).astype(np.int64)  # empty for a token-less execution
     perm = np.repeat(bounds[order] - new_seg_start, seg_len[order]) + np.arange(num_tokens)
     new_index = np.empty(num_tokens, dtype=np.int64)
     new_index[perm] = np.arange(num_tokens)

@@ -12,6 +12,7 @@ import sys
 import traceback
 
 import typer
+from rich.markup import escape
 
 from gyrectl.cli import config_cmd, launch_cmd, model_cmd, replay_cmd, simulate, status_cmd
 from gyrectl.cli.render import err
@@ -43,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     except GyreError as exc:
         if show_traceback:
             traceback.print_exc()
-        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         err.print("interrupted")
@@ -51,8 +52,9 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # a bug: say so briefly, show the traceback only on request
         if show_traceback:
             traceback.print_exc()
-        err.print(f"[bold red]internal error:[/] {type(exc).__name__}: {exc}\n"
-                  "(set GYRECTL_TRACEBACK=1 to see the traceback, and please report it)", highlight=False)
+        err.print(f"[bold red]internal error:[/] {type(exc).__name__}: {escape(str(exc))}\n"
+                  "(set GYRECTL_TRACEBACK=1 to see the traceback, and please report it)",
+                  highlight=False, soft_wrap=True)
         sys.exit(EXIT_RUNTIME)
 
 

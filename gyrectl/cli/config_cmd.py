@@ -6,6 +6,7 @@ import dataclasses
 import typing
 
 import typer
+from rich.markup import escape
 
 from gyrectl.cli.options import ConfigArg, JsonOpt, SetOpt
 from gyrectl.cli.render import emit_json, out, table
@@ -29,9 +30,10 @@ def check(config: ConfigArg, set_: SetOpt = [], json_: JsonOpt = False) -> None:
     if json_:
         emit_json(summary)
         return
-    out.print(f"[green]ok[/] {config}: {cfg.cluster.backend} backend, {cfg.cluster.nodes} worker node(s) = "
+    out.print(f"[green]ok[/] {escape(str(config))}: {cfg.cluster.backend} backend, "
+              f"{cfg.cluster.nodes} worker node(s) = "
               f"{cfg.num_cells} cell(s) of {cfg.cells.nodes_per_cell}, {summary['gpus']} GPU(s), "
-              f"{cfg.scheduler.policy} scheduling", highlight=False)
+              f"{cfg.scheduler.policy} scheduling", highlight=False, soft_wrap=True)
 
 
 @app.command("show")

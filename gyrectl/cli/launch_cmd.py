@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 
 from gyrectl.cli.options import DEFAULT_ROOT, JsonOpt, RootOpt, SetOpt
 from gyrectl.cli.progress import wait_for_end
@@ -77,8 +78,9 @@ def launch(
                    "layout": result.layout})
     else:
         verb = "resumed" if resume is not None else "launched"
-        out.print(f"[green]{verb}[/] {name}: job {result.job_id} ({result.backend})\n"
-                  f"  run directory  {result.run_dir}\n"
-                  f"  watch it with  gyrectl status {result.run_dir} --watch", highlight=False)
+        out.print(f"[green]{verb}[/] " + escape(f"{name}: job {result.job_id} ({result.backend})\n"
+                                                 f"  run directory  {result.run_dir}\n"
+                                                 f"  watch it with  gyrectl status {result.run_dir} --watch"),
+                  highlight=False, soft_wrap=True)
     if wait:
         wait_for_end(RunDir(result.run_dir), quiet=json_)

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from gyrectl.cli.options import JsonOpt
 from gyrectl.cli.render import emit_json, err, out
@@ -31,5 +32,5 @@ def tiny(out_dir: Annotated[Path, typer.Argument(help="Folder to write the model
     if json_:
         emit_json(summary)
     else:
-        out.print(f"[green]built[/] {summary['path']}: {summary['params']:,} parameters, "
-                  f"vocabulary {summary['vocab']}", highlight=False)
+        out.print(f"[green]built[/] {escape(str(summary['path']))}: {summary['params']:,} parameters, "
+                  f"vocabulary {summary['vocab']}", highlight=False, soft_wrap=True)

@@ -29,7 +29,7 @@ def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> 
     for column in columns:
         t.add_column(column)
     for row in rows:
-        t.add_row(*("" if v is None else str(v) for v in row))
+        t.add_row(*(Text("" if v is None else str(v)) for v in row))  # data, never markup
     return t
 
 

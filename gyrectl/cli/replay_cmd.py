@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 from rich.text import Text
 from rich.tree import Tree
 
@@ -53,7 +54,8 @@ def replay(
     _say_what_was_lost(recorded)
     if export is not None:
         _export(recorded, report, export)
-        err.print(f"wrote {sum(e.counts.calls for e in report.executions)} calls to {export}")
+        err.print(escape(f"wrote {sum(e.counts.calls for e in report.executions)} calls to {export}"),
+                  highlight=False, soft_wrap=True)
     if json_:
         emit_json(report.to_json())
         return
@@ -86,7 +88,7 @@ def _tree_view(e: ExecutionReport) -> Tree:
     tree, c = e.tree, e.counts
     reward = "" if e.info.reward is None else f" · reward {e.info.reward:g}"
     step = "" if e.info.step is None else f" · step {e.info.step}"
-    root = Tree(f"[bold]{e.execution}[/]{step}{reward} · {c.calls} calls · {c.naive_tokens} naive → "
+    root = Tree(f"[bold]{escape(e.execution)}[/]{step}{reward} · {c.calls} calls · {c.naive_tokens} naive → "
                 f"{c.unique_tokens} unique tokens ({c.dedup_ratio:.1f}x) · {c.paths} paths")
     nodes: dict[int, Tree] = {}
     trainable = tree.segment_sums(tree.trainable.astype(int))

@@ -10,15 +10,16 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Group
 from rich.live import Live
+from rich.markup import escape
 
 from gyrectl.cli.options import DEFAULT_ROOT, JsonOpt, RootOpt, RunArg
 from gyrectl.cli.render import emit_json, err, out, skipped_text, table
-from gyrectl.config import load_config
 from gyrectl.coordinator.journal import read_events
 from gyrectl.coordinator.state import initial_state, limits_from_config
 from gyrectl.coordinator.timeline import draw_timeline
 from gyrectl.errors import RuntimeFailure, UserError
 from gyrectl.launch.rundir import RunDir
+from gyrectl.launch.runfiles import run_config
 from gyrectl.launch.status import RunView, run_view
 
 WatchOpt = Annotated[bool, typer.Option("--watch", "-w", help="Refresh until the run ends (live view on a terminal).")]
@@ -95,12 +96,14 @@ def render(view: RunView) -> Group:
     colour = {"running": "green", "pending": "yellow", "ended": "blue"}.get(job.state, "red")
     detail = f" ({job.slurm_state})" if job.slurm_state else ""
     reason = f", {job.reason}" if job.reason else ""
-    head = f"[bold]{view.name}[/]  job {job.id} on {job.backend}: [{colour}]{job.state}[/]{detail}{reason}\n{view.run_dir}"
+    # Names, reasons and errors come from files and from Slurm: escaped, so a '[' in them is text, not markup.
+    head = (f"[bold]{escape(view.name)}[/]  job {escape(job.id)} on {escape(job.backend)}: [{colour}]{job.state}[/]"
+            + escape(f"{detail}{reason}\n{view.run_dir}"))
     if job.components:  # Slurm's own view of each component
-        head += "\nSlurm: " + "; ".join(f"{c['id']} {c['state']} on {c['nodes'] or '-'}" + (f" (cell {c['cell']})" if "cell" in c else "")
-                                      for c in job.components)
+        head += escape("\nSlurm: " + "; ".join(f"{c['id']} {c['state']} on {c['nodes'] or '-'}"
+                                             + (f" (cell {c['cell']})" if "cell" in c else "") for c in job.components))
     if job.error:
-        head += f"\n[red]{job.error}[/]"
+        head += f"\n[red]{escape(job.error)}[/]"
     rows = [(n["name"], n["het_group"], n["gpus"], n["cpus"], n.get("address", ""), n["role"]) for n in view.nodes]
     parts: list[object] = [head, table("nodes", ["node", "het group", "GPUs", "CPUs", "address", "role"], rows)]
     if view.cells:
@@ -125,7 +128,9 @@ def render(view: RunView) -> Group:
         parts.append(skipped_text(view.skipped, read=", ".join(
             f"{count} record(s) of {name}" for name, count in view.records_read.items())))
     if view.note:
-        parts.append(f"[dim]{view.note}[/]")
+        parts.append(f"[dim]{escape(view.note)}[/]")
+    for name, problem in view.damaged.items():
+        parts.append(f"[red]{escape(name)} is damaged[/] " + escape(f"(left out of this view): {problem}"))
     return Group(*parts)
 
 
@@ -154,10 +159,10 @@ def write_timeline(run: RunDir, path: Path) -> None:
     events = read_events(run.journal_file)
     if not events:
         raise UserError(f"{run.path}: the journal holds no coordinator event yet; nothing to draw")
-    config = load_config(run.config_file)
+    config = run_config(run)
     draw_timeline(path, initial=initial_state(limits_from_config(config)), events=events, wall_clock=True,
                   title=f"{run.name}: {config.scheduler.policy}, {config.num_cells} cells")
-    err.print(f"timeline written to {path}", highlight=False)
+    err.print(escape(f"timeline written to {path}"), highlight=False, soft_wrap=True)
 
 
 def stop(run: RunArg, root: RootOpt = DEFAULT_ROOT) -> None:
@@ -168,13 +173,18 @@ def stop(run: RunArg, root: RootOpt = DEFAULT_ROOT) -> None:
     run_dir = RunDir.open(run, output_root=root)
     view = run_view(run_dir)
     if view.job.state == "ended":
-        out.print(f"{run_dir.name} has already ended ({view.job.reason or view.job.slurm_state})")
+        out.print(escape(f"{run_dir.name} has already ended ({view.job.reason or view.job.slurm_state})"),
+                  highlight=False, soft_wrap=True)
         return
     run_dir.stop_file.write_text(f"{time.time()}\n")
     if view.job.backend == "slurm" and view.job.state == "pending":
         from gyrectl.cluster.slurm_cli import run_slurm
         run_slurm(["scancel", view.job.id])
     elif view.job.backend not in ("slurm", "local"):
-        raise RuntimeFailure(f"cannot stop a run of backend {view.job.backend!r}")
-    out.print(f"asked {run_dir.name} (job {view.job.id}) to stop; follow with: gyrectl status {run_dir.path} --watch",
-              highlight=False)
+        damaged = view.damaged.get(run_dir.job_file.name)
+        raise RuntimeFailure(f"wrote {run_dir.stop_file}, which ends the run if its head runs, but cannot tell the "
+                             "run's job to cancel it while it waits: "
+                             + (f"{run_dir.job_file} is damaged: {damaged}" if damaged else view.job.reason))
+    out.print(escape(f"asked {run_dir.name} (job {view.job.id}) to stop; follow with: "
+                     f"gyrectl status {run_dir.path} --watch"),
+              highlight=False, soft_wrap=True)

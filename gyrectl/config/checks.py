@@ -1,20 +1,28 @@
-"""Cross-field rules, checked once the types are right. Each error names the field and shows
-the arithmetic, so the fix is obvious from the message alone."""
+"""Rules checked once the types are right: every value's text and numbers (:func:`check_values`),
+then the cross-field rules. Each error names the field and shows the arithmetic, so the fix is
+obvious from the message alone."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import re
+from typing import Any
 
 from gyrectl.config.schema import Config
 from gyrectl.errors import ConfigError
 
-_RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_SLURM_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+# Patterns are matched whole (fullmatch): `$` would also accept a trailing newline.
+_RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_SLURM_TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
+_VERIFIER = re.compile(r"[^:]+\.py:[A-Za-z_][A-Za-z0-9_]*")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+"""C0 and C1 control characters (newline, tab, NUL, escape...) and Unicode's line separators."""
 
 
 def parse_time_limit_s(text: str) -> int:
     """Seconds in a Slurm time string: ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH[:MM[:SS]]``."""
-    match = _SLURM_TIME.match(text.strip())
+    match = _SLURM_TIME.fullmatch(text)
     if not match:
         raise ValueError(text)
     days, a, b, c = match.groups()
@@ -34,13 +42,48 @@ def _at_least(path: str, value: int | float, minimum: int | float) -> None:
         raise ConfigError(path, f"must be at least {minimum}, got {value}")
 
 
+def check_values(value: Any, path: str = "") -> None:
+    """Every string of the config (keys of mappings too) is one line of printable text, and every
+    number is finite and fits 64 bits. Strings reach shell lines, ``#SBATCH`` lines, srun and command lines and
+    environment variables: a newline there starts a line of its own (an injected directive or
+    command), and a NUL ends a command-line argument. NaN slips through every range check (each
+    comparison with it is false)."""
+    if dataclasses.is_dataclass(value):
+        for f in dataclasses.fields(value):
+            check_values(getattr(value, f.name), f"{path}.{f.name}" if path else f.name)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str) and (problem := _control_problem(key)):
+                raise ConfigError(path, f"key {key!r} {problem}")
+            check_values(item, f"{path}.{key}")
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            check_values(item, f"{path}[{i}]")
+    elif isinstance(value, str) and (problem := _control_problem(value)):
+        raise ConfigError(path, problem)
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(path, f"must be a finite number, got {value}")
+    elif isinstance(value, int) and not -2**63 <= value < 2**63:
+        raise ConfigError(path, f"{value} does not fit a 64-bit integer (numpy, torch and Slurm take no more)")
+
+
+def _control_problem(text: str) -> str:
+    control = _CONTROL.search(text)
+    if control is None:
+        return ""
+    return (f"holds the control character {control.group()!r} at position {control.start()}; config values "
+            "reach shell, #SBATCH and command lines, so each must be one line of printable text")
+
+
 def check_config(config: Config) -> None:
+    check_values(config)
     run, cluster, model, cells = config.run, config.cluster, config.model, config.cells
-    if not _RUN_NAME.match(run.name):
+    if not _RUN_NAME.fullmatch(run.name):
         raise ConfigError("run.name", f"{run.name!r} may only hold letters, digits, '.', '_' and '-' "
                                       "(it names a directory)")
     if not run.output_root.strip():
         raise ConfigError("run.output_root", "must not be empty")
+    _at_least("run.seed", run.seed, 0)  # numpy's generators take no negative seed
     _at_least("run.steps", run.steps, 1)
     try:
         limit_s = parse_time_limit_s(cluster.time_limit)
@@ -59,8 +102,6 @@ def check_config(config: Config) -> None:
         if line.lstrip().startswith("#SBATCH"):
             raise ConfigError(f"cluster.extra_sbatch[{i}]", f"write the option without '#SBATCH' "
                                                             f"(e.g. {line.split('#SBATCH', 1)[1].strip()!r})")
-        if "\n" in line:
-            raise ConfigError(f"cluster.extra_sbatch[{i}]", "must be a single line")
 
     _at_least("model.tensor_parallel", model.tensor_parallel, 1)
     _at_least("model.pipeline_parallel", model.pipeline_parallel, 1)
@@ -97,7 +138,7 @@ def check_config(config: Config) -> None:
         raise ConfigError("rollout.execution_time_limit_s", (
             f"{rollout.execution_time_limit_s:g} s is longer than the job's cluster.time_limit="
             f"{cluster.time_limit} ({limit_s} s): no execution could reach its limit"))
-    if rollout.verifier and not re.match(r"^[^:]+\.py:[A-Za-z_][A-Za-z0-9_]*$", rollout.verifier):
+    if rollout.verifier and not _VERIFIER.fullmatch(rollout.verifier):
         raise ConfigError("rollout.verifier", f"{rollout.verifier!r} is not FILE.py:FUNCTION "
                                               "(e.g. examples/agent/verifier.py:score)")
     if rollout.harness_command:

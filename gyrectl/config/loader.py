@@ -31,18 +31,70 @@ def load_config(path: str | Path, overrides: typing.Sequence[str] = ()) -> Confi
     """Reads a YAML config file, applies ``--set`` overrides and validates the result."""
     path = Path(path)
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except FileNotFoundError:
         raise ConfigError("", f"config file not found: {path}") from None
     except OSError as exc:
         raise ConfigError("", f"cannot read config file {path}: {exc.strerror}") from None
     try:
-        raw = yaml.safe_load(text)
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ConfigError("", f"{path} is not UTF-8 text (byte 0x{data[exc.start]:02x} on line {line}); "
+                              "save it as UTF-8") from None
+    try:
+        raw = parse_yaml(text)
+    except RefusedYaml as exc:
+        raise ConfigError("", f"{path}{_where(exc)}: {exc.problem}") from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        raise ConfigError("", f"{path} is not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+        raise ConfigError("", f"{path} is not valid YAML{_where(exc)}: {getattr(exc, 'problem', exc)}") from None
     return parse_config(raw if raw is not None else {}, overrides)
+
+
+MAX_YAML_DEPTH = 32
+"""Nesting a config never needs (its deepest field is three sections down); PyYAML composes one
+Python frame per level, so a deeper document would end in a RecursionError."""
+
+
+class RefusedYaml(yaml.MarkedYAMLError):
+    """YAML that is valid but that a config refuses: an alias, or nesting past ``MAX_YAML_DEPTH``."""
+
+
+class _ConfigLoader(yaml.SafeLoader):
+    """SafeLoader without aliases: nine levels of ten aliases each are 10^9 nodes once the tree is
+    copied and converted, which runs the machine out of memory instead of failing."""
+
+    def __init__(self, stream: str):
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise RefusedYaml(problem=f"YAML aliases (*{event.anchor}) are not allowed in a config; write the "
+                                      "value out", problem_mark=event.start_mark)
+        if self._depth >= MAX_YAML_DEPTH:
+            raise RefusedYaml(problem=f"nested deeper than {MAX_YAML_DEPTH} levels",
+                              problem_mark=self.peek_event().start_mark)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def parse_yaml(text: str) -> Any:
+    """One YAML document, safely: no Python objects, no aliases, bounded nesting."""
+    loader = _ConfigLoader(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
+def _where(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    return f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
 
 
 def parse_config(raw: Any, overrides: typing.Sequence[str] = ()) -> Config:
@@ -70,7 +122,9 @@ def apply_overrides(raw: dict[str, Any], overrides: typing.Sequence[str]) -> dic
                 raise ConfigError(".".join(parts[: i + 1]), "is a value, not a section; cannot set a key inside it")
             node = child
         try:
-            node[parts[-1]] = yaml.safe_load(value_text) if value_text.strip() else ""
+            node[parts[-1]] = parse_yaml(value_text) if value_text.strip() else ""
+        except RefusedYaml as exc:
+            raise ConfigError(key.strip(), f"--set value{_where(exc)}: {exc.problem}") from None
         except yaml.YAMLError:
             node[parts[-1]] = value_text
     return tree
@@ -122,7 +176,7 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
     return _convert_scalar(tp, value, path)
 
 
-_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
 def _convert_scalar(tp: type, value: Any, path: str) -> Any:
@@ -137,7 +191,7 @@ def _convert_scalar(tp: type, value: Any, path: str) -> Any:
     if tp is float:
         if isinstance(value, int | float) and not isinstance(value, bool):
             return float(value)
-        if isinstance(value, str) and _FLOAT.match(value.strip()):
+        if isinstance(value, str) and _FLOAT.fullmatch(value.strip()):
             return float(value)  # YAML 1.1 reads 1e-6 (no dot) as a string; it is plainly a number
         raise ConfigError(path, f"expected a number, got {_type_name(value)} {value!r}")
     if tp is str:

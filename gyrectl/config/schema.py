@@ -3,6 +3,9 @@
 
 Sizes follow Slurm's vocabulary: a *node* is a machine, a *cell* is ``cells.nodes_per_cell``
 nodes that move between roles together (one rollout server, or one slice of the training step).
+
+Values reach ``#SBATCH`` lines, shell, srun and command lines and environment variables, so every
+string is one line of printable text and every number is finite (``config.checks.check_values``).
 """
 
 from __future__ import annotations
@@ -66,7 +69,7 @@ class ClusterConfig:
     extra_sbatch: tuple[str, ...] = ()
     """Extra ``#SBATCH`` lines for every component, without the prefix (``--constraint=h100``)."""
     setup: tuple[str, ...] = ()
-    """Shell lines run at the start of the batch script (``module load cuda``)."""
+    """Shell lines run at the start of the batch script (``module load cuda``), one line each."""
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gyrectl.errors import UserError
+from gyrectl.errors import RuntimeFailure, UserError
+
+
+class DamagedRunFile(RuntimeFailure):
+    """A file of the run directory that gyrectl wrote but cannot read back (truncated, garbage, a
+    disk error, a hand edit gone wrong). It is the run's own state, not a mistake in the command,
+    so a command that cannot go on without it fails with exit 1."""
+
+    def __init__(self, path: Path, problem: str):
+        self.path, self.problem = path, problem
+        super().__init__(f"{path} is damaged: {problem}")
 
 
 @dataclass(frozen=True)
@@ -134,6 +144,9 @@ class RunDir:
         """Makes a new run directory (0700) with its secret token; refuses to reuse one."""
         output_root = Path(output_root).expanduser().resolve()
         path = output_root / name
+        if output_root.exists() and not output_root.is_dir():
+            raise UserError(f"run.output_root {output_root} is a file, not a directory; point run.output_root "
+                            "at a directory (--set run.output_root=...)")
         try:
             output_root.mkdir(parents=True, exist_ok=True)
             path.mkdir(mode=0o700)
@@ -174,7 +187,17 @@ class RunDir:
         os.replace(tmp, path)
 
     def read_json(self, path: Path) -> Any | None:
+        """The JSON value in ``path``, None if there is no such file; ``DamagedRunFile`` if there
+        is one that does not hold JSON."""
         try:
-            return json.loads(path.read_text())
+            return json.loads(path.read_bytes())
         except FileNotFoundError:
             return None
+        except OSError as exc:
+            raise DamagedRunFile(path, f"cannot read it ({exc.strerror})") from None
+        except UnicodeDecodeError:
+            raise DamagedRunFile(path, "not UTF-8 text") from None
+        except json.JSONDecodeError as exc:
+            raise DamagedRunFile(path, f"not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
+        except RecursionError:
+            raise DamagedRunFile(path, "JSON nested too deeply to be what gyrectl wrote") from None

@@ -20,6 +20,7 @@ from typing import Any
 from submitit.slurm.slurm import _make_sbatch_string
 
 from gyrectl.config.schema import Config
+from gyrectl.errors import UserError
 from gyrectl.launch.templates import render_template
 
 
@@ -95,9 +96,18 @@ def render_sbatch(*, command: str, folder: Path, params: Mapping[str, Any], extr
     return "\n".join(lines)
 
 
+def check_run_dir(run_dir: Path) -> None:
+    """The run directory is the root of the log paths in ``#SBATCH --output`` / ``--error``."""
+    if "%" in str(run_dir):
+        raise UserError(f"run.output_root: the run directory {run_dir} holds '%', which Slurm expands in the "
+                        "#SBATCH --output and --error log paths (%j is the job id) and submitit in its folder; "
+                        "pick a path without '%'")
+
+
 def render_for_config(config: Config, *, run_dir: Path, folder: Path, python: str) -> str:
     """The exact script ``gyrectl launch`` submits for ``config`` (also what --dry-run prints);
     for the ``cells`` layout followed by the script of cell 0's job, which the head submits."""
+    check_run_dir(run_dir)
     extra = config.cluster.extra_sbatch
     head = render_sbatch(command=head_command(python, folder), folder=folder,
                          params=head_parameters(config, run_dir=run_dir), extra=extra,

@@ -3,6 +3,9 @@
 Job states are folded into four words scripts can rely on — ``pending``, ``running``, ``ended``,
 ``unknown`` — with Slurm's own word kept beside them (``slurm_state``) and, for an ended run,
 how it ended (``reason``: the head's own record when it had the chance to write one).
+
+A damaged file of the run directory (:mod:`gyrectl.launch.runfiles`) does not hide the others:
+the view leaves out what it holds and names it under ``damaged``.
 """
 
 from __future__ import annotations
@@ -10,23 +13,22 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from functools import reduce
-from typing import Any
+from typing import Any, Callable, TypeVar
 
-from gyrectl.config import load_config
+from gyrectl.config.schema import Config
 from gyrectl.coordinator.actuator import group_cells
-from gyrectl.coordinator.events import apply
-from gyrectl.coordinator.events import Event
+from gyrectl.coordinator.events import Event, apply
 from gyrectl.coordinator.journal import read_journal
 from gyrectl.coordinator.state import initial_state, limits_from_config
 from gyrectl.coordinator.views import cell_rows, moves, placed_cells
-from gyrectl.errors import GyreError
-from gyrectl.launch.rundir import RunDir
+from gyrectl.launch.rundir import DamagedRunFile, RunDir
+from gyrectl.launch.runfiles import (STEP_METRICS, check_fields, read_cells, read_job, read_nodes, read_servers,
+                                     run_config)
 from gyrectl.store.damage import Skipped
 from gyrectl.store.jsonl import JsonlContents, scan_jsonl
 
-STEP_NUMBERS = ("step", "reward_mean", "executions", "naive_tokens", "trained_tokens", "weight_version", "duration_s")
-"""The numbers of a step's metrics line that status and ``launch --wait`` show."""
 _PENDING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED", "CONFIGURING"}
 _RUNNING = {"RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING", "RESIZING"}
 
@@ -67,8 +69,12 @@ class RunView:
     """The rollout servers' load as the head last published it (``gyrectl.rollout.load``)."""
     servers_at: float | None = None
     """When the head published ``servers``."""
+    damaged: dict[str, str] = field(default_factory=dict)
+    """Files of the run directory that could not be read back, by name: what is wrong with each.
+    The view leaves out what they hold."""
     skipped: list[Skipped] = field(default_factory=list)
-    """Spans of the journal and the metrics that could not be read: everything else is shown."""
+    """Spans of the journal and the metrics that could not be read, and lines that do not hold
+    what they should: the rest of those files is shown."""
     records_read: dict[str, int] = field(default_factory=dict)
     """Records read and used, per file (``journal.jsonl``, ``metrics.jsonl``)."""
 
@@ -76,8 +82,8 @@ class RunView:
         return {"run_dir": self.run_dir, "name": self.name, "job": self.job.__dict__, "nodes": self.nodes,
                 "note": self.note, "steps": self.steps, "total_steps": self.total_steps, "cells": self.cells,
                 "moves": self.moves, "executions": self.executions, "training": self.training,
-                "servers": self.servers, "servers_at": self.servers_at, "skipped": [s.to_json() for s in self.skipped],
-                "records_read": self.records_read}
+                "servers": self.servers, "servers_at": self.servers_at, "damaged": self.damaged,
+                "skipped": [s.to_json() for s in self.skipped], "records_read": self.records_read}
 
 
 def fold_slurm_state(states: list[str]) -> str:
@@ -103,17 +109,37 @@ def _head_ended(run: RunDir) -> dict[str, Any]:
     return ended
 
 
-def job_view(run: RunDir) -> JobView:
-    job = run.read_json(run.job_file) or {}
+T = TypeVar("T")
+
+
+def _read(reader: Callable[[RunDir], T], run: RunDir, damaged: dict[str, str] | None, default: T) -> T:
+    """``reader(run)``; when ``damaged`` collects them, a damaged file is noted there and
+    ``default`` stands in for it, else ``DamagedRunFile`` goes up."""
+    try:
+        return reader(run)
+    except DamagedRunFile as exc:
+        if damaged is None:
+            raise
+        damaged[exc.path.name] = exc.problem
+        return default
+
+
+def job_view(run: RunDir, *, damaged: dict[str, str] | None = None) -> JobView:
+    """The run's job as its backend sees it; ``damaged`` as in :func:`_read`."""
+    job = _read(read_job, run, damaged, None)
+    if damaged and run.job_file.name in damaged:
+        return JobView(id="", backend="unknown", state="unknown",
+                       reason="job.json is damaged: the run's job is unknown")
+    job = job or {}
     job_id, backend = str(job.get("job_id", "")), str(job.get("backend", ""))
     if backend == "slurm":
-        return _slurm_job_view(run, job_id, layout=str(job.get("layout", "")))
+        return _slurm_job_view(run, job_id, layout=str(job.get("layout", "")), damaged=damaged)
     if backend == "local":
         return _local_job_view(run, job_id)
     return JobView(id=job_id, backend=backend or "unknown", state="unknown", reason="no job.json in the run directory")
 
 
-def _slurm_job_view(run: RunDir, job_id: str, *, layout: str) -> JobView:
+def _slurm_job_view(run: RunDir, job_id: str, *, layout: str, damaged: dict[str, str] | None) -> JobView:
     from gyrectl.cluster.slurm_cli import completed_state, show_job
 
     components = show_job(job_id)
@@ -126,7 +152,7 @@ def _slurm_job_view(run: RunDir, job_id: str, *, layout: str) -> JobView:
     waiting_on = "" if components[0].reason == "None" else components[0].reason
     reason = (head_end_reason(run) or components[0].state.lower()) if state == "ended" else waiting_on
     error = str(_head_ended(run).get("error", "")) if state == "ended" else ""
-    cells = _cell_jobs(run)
+    cells = _cell_jobs(run, damaged)
     if state == "running" and layout == "cells" and not run.nodes_file.exists():  # the head waits for its cells
         waiting = [c for c in cells if c["state"] == "PENDING"]
         state = "pending"
@@ -136,15 +162,15 @@ def _slurm_job_view(run: RunDir, job_id: str, *, layout: str) -> JobView:
                    + [{key: c[key] for key in ("id", "state", "nodes", "cell")} for c in cells], error=error)
 
 
-def _cell_jobs(run: RunDir) -> list[dict[str, Any]]:
+def _cell_jobs(run: RunDir, damaged: dict[str, str] | None) -> list[dict[str, Any]]:
     """The cells layout's cell jobs (``cells.json``), each with the cell it holds or replaces and
     Slurm's reason while it waits."""
     from gyrectl.cluster.slurm_cli import show_job
 
     rows = []
-    for cell in run.read_json(run.cells_file) or []:
+    for cell in _read(read_cells, run, damaged, []):
         for key in ("job_id", "replacement_job_id"):
-            if key in cell:
+            if cell.get(key) is not None:
                 shown = show_job(str(cell[key])) or []
                 state, nodes, reason = (shown[0].state, shown[0].nodes, shown[0].reason) if shown else ("ENDED", "", "")
                 rows.append({"id": str(cell[key]), "state": state, "nodes": nodes, "cell": cell["cell"], "reason": reason})
@@ -174,28 +200,30 @@ def _is_head_process(pid: int, run: RunDir) -> bool:
 
 
 def run_view(run: RunDir) -> RunView:
-    nodes = run.read_json(run.nodes_file)
-    note = "" if nodes else "the head has not written the node table yet (job pending or starting)"
-    if nodes and all(n.get("role") == "idle" for n in nodes):
+    damaged: dict[str, str] = {}
+    nodes = _read(read_nodes, run, damaged, None)
+    written = nodes or run.nodes_file.name in damaged
+    note = "" if written else "the head has not written the node table yet (job pending or starting)"
+    if nodes and all(n["role"] == "idle" for n in nodes):
         note = "all nodes idle: no coordinator assigns roles yet"
-    load = run.read_json(run.servers_file) or {}
+    load = _read(read_servers, run, damaged, {"at": None, "servers": []})
+    config = _read(run_config, run, damaged, None)
     journal, metrics = read_journal(run.journal_file), scan_jsonl(run.metrics_file)
     steps, refused = finished_steps(metrics)
-    view = RunView(run_dir=str(run.path), name=run.name, job=job_view(run), nodes=nodes or [], note=note,
-                   steps=steps, total_steps=_configured_steps(run),
-                   servers=load.get("servers", []), servers_at=load.get("at"),
+    view = RunView(run_dir=str(run.path), name=run.name, job=job_view(run, damaged=damaged), nodes=nodes or [],
+                   note=note, steps=steps, total_steps=config.run.steps if config else 0,
+                   servers=load["servers"], servers_at=load["at"], damaged=damaged,
                    skipped=sorted(journal.skipped + metrics.skipped + refused, key=lambda s: (s.path, s.offset)),
                    records_read={run.journal_file.name: len(journal.records),
                                  run.metrics_file.name: len(metrics.records) - len(refused)})
-    return _with_coordinator(view, run, nodes or [], journal.events)
+    return view if config is None else _with_coordinator(view, nodes or [], config, journal.events)
 
 
-def _with_coordinator(view: RunView, run: RunDir, nodes: list[dict[str, Any]], events: list[Event]) -> RunView:
+def _with_coordinator(view: RunView, nodes: list[dict[str, Any]], config: Config, events: list[Event]) -> RunView:
     """The coordinator's view, rebuilt from the journal the same way a restarted coordinator
     rebuilds its state (nothing when no coordinator has written one)."""
     if not events:
         return view
-    config = load_config(run.config_file)
     state = reduce(apply, events, initial_state(limits_from_config(config)))
     # Rows of replacement nodes are appended after the discovered ones; the journal says where they went.
     discovered = [str(n["name"]) for n in nodes if n.get("het_group") == 1][:config.num_cells * config.cells.nodes_per_cell]
@@ -211,24 +239,14 @@ def _with_coordinator(view: RunView, run: RunDir, nodes: list[dict[str, Any]], e
 
 def finished_steps(metrics: JsonlContents) -> tuple[list[dict[str, Any]], list[Skipped]]:
     """The trainer's metrics lines, one per finished step, in step order (a retried step once),
-    and the lines that are not a step's metrics (damage that still parsed)."""
+    and the lines without a finished step's fields (damage that still parsed)."""
     by_step: dict[int, dict[str, Any]] = {}
     refused: list[Skipped] = []
     for i, record in enumerate(metrics.records):
-        missing = [key for key in STEP_NUMBERS if not _is_number(record.get(key))]
-        if missing or not isinstance(record["step"], int):
-            refused.append(metrics.refused(i, f"not a training step's metrics (bad or missing {', '.join(missing) or 'step'})"))
-        else:
-            by_step[record["step"]] = record
+        try:
+            check_fields(Path(metrics.path), record, STEP_METRICS)
+        except DamagedRunFile as exc:
+            refused.append(metrics.refused(i, f"not a finished step's metrics: {exc.problem}"))
+            continue
+        by_step[record["step"]] = record
     return [by_step[step] for step in sorted(by_step)], refused
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _configured_steps(run: RunDir) -> int:
-    try:
-        return load_config(run.config_file).run.steps
-    except GyreError:
-        return 0

@@ -14,11 +14,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gyrectl.config import dump_config, load_config
+from gyrectl.config import dump_config
 from gyrectl.config.schema import Config
 from gyrectl.errors import RuntimeFailure, UserError
-from gyrectl.launch.rundir import RunDir
-from gyrectl.launch.sbatch import head_parameters, render_for_config, worker_directives
+from gyrectl.launch.rundir import DamagedRunFile, RunDir
+from gyrectl.launch.runfiles import read_job, run_config
+from gyrectl.launch.sbatch import check_run_dir, head_parameters, render_for_config, worker_directives
 
 
 @dataclass(frozen=True)
@@ -50,21 +51,27 @@ def resume_run(run: RunDir) -> LaunchResult:
     """Submits a new head for ``run``, which takes over from its journal (``run_loop``)."""
     from gyrectl.launch.status import job_view
 
-    config = load_config(run.config_file)
-    job = job_view(run)
+    config = run_config(run)
+    try:
+        job = job_view(run)
+    except DamagedRunFile as exc:
+        raise DamagedRunFile(exc.path, f"{exc.problem}; gyrectl cannot tell whether the run's jobs still run, "
+                                       "so it starts no second head. Restore the file, or delete it once no job "
+                                       "of this run is left (squeue), and resume again") from None
     if job.state in ("pending", "running"):
         raise UserError(f"{run.name} is still {job.state} (job {job.id}); stop it first: gyrectl stop {run.path}")
     if job.reason == "completed":
         raise UserError(f"{run.name} already completed; nothing to resume")
     _check_before_submitting(config)
     run.stop_file.unlink(missing_ok=True)
-    previous = run.read_json(run.job_file) or {}
+    previous = read_job(run) or {}
     return _submit(config, run, previous_jobs=[*previous.get("previous_jobs", []), previous.get("job_id")])
 
 
 def _check_before_submitting(config: Config) -> None:
     check_loop_inputs(config, Path.cwd())
     if config.cluster.backend == "slurm":
+        check_run_dir(run_path(config))
         check_fits(config)
 
 

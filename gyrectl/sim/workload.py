@@ -22,6 +22,7 @@ Tokens are ``duration_s x 100`` tokens/s, jittered +-20 % (context re-read per c
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,19 +62,21 @@ def preset_workload(name: str, *, size: int, seed: int, time_limit_s: float) -> 
 def read_workload(path: Path) -> Workload:
     durations, tokens = [], []
     try:
-        lines = Path(path).read_text().splitlines()
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise UserError(f"cannot read workload file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"workload file {path} is not UTF-8 text") from None
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
             duration, token_count = float(record["duration_s"]), int(record["tokens"])
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError, OverflowError) as exc:
             raise UserError(f"{path}:{number}: each line needs numbers 'duration_s' and 'tokens' ({exc})") from None
-        if duration <= 0 or token_count < 0:
-            raise UserError(f"{path}:{number}: duration_s must be > 0 and tokens >= 0")
+        if not 0 < duration < math.inf or token_count < 0:  # NaN fails the first test too
+            raise UserError(f"{path}:{number}: duration_s must be a finite number > 0 and tokens >= 0")
         durations.append(duration)
         tokens.append(token_count)
     if not durations:
