@@ -122,8 +122,8 @@ def _load_jsonl(path: Path) -> Recorded:
 
 def _info_problem(obj: dict[str, Any]) -> str:
     step, reward = obj.get("step"), obj.get("reward")
-    if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
-        return "'step' must be an integer"
+    if step is not None and (not isinstance(step, int) or isinstance(step, bool) or not 0 <= step < 2**63):
+        return "'step' must be a training step number (an integer from 0)"
     if reward is not None and (not isinstance(reward, (int, float)) or isinstance(reward, bool)):
         return "'reward' must be a number"
     return ""

@@ -145,3 +145,10 @@ def test_missing_or_empty_source_is_a_usage_error(tmp_path, capsys):
     (tmp_path / "run" / "trajectories").mkdir(parents=True)
     code, _, err = run_cli(["replay", str(tmp_path / "run")], capsys)
     assert code == 2 and "no recorded calls" in err
+
+
+def test_a_step_that_is_no_step_number_is_skipped(tmp_path, capsys):
+    path = write_lines(tmp_path / "calls.jsonl", [{**CALLS[0], "step": 2**64}, {**CALLS[3], "step": -1}, CALLS[1]])
+    code, out, err = run_cli(["replay", str(path), "--json"], capsys)
+    assert code in (0, None) and [s["line"] for s in json.loads(out)["skipped"]] == [1, 2]
+    assert "'step' must be a training step number" in err
