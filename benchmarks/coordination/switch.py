@@ -75,7 +75,8 @@ def main() -> None:
     node = next(n for n in cluster.discover()[1:])
     steps, token, model = step_factory(config, run), run.token(), served_model_name(config)
     writer = CaptureWriter(run.calls_store)
-    gateway = BackgroundGateway(GatewaySettings(token=token, models=(model,), server_wait_s=600), sink=writer)
+    gateway = BackgroundGateway(GatewaySettings(token=token, server_key=run.server_key(), models=(model,),
+                                                server_wait_s=600), sink=writer)
     pool, url = gateway.gateway.pool, server_url(config, cell=0, address=node.address)
     probe_out = run.path / "probe.jsonl"
     try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -56,14 +57,15 @@ def pct(values: list[float], q: float) -> float:
 
 async def main(args: argparse.Namespace) -> None:
     tmp = Path(tempfile.mkdtemp())
-    (tmp / "token").write_text("bench-token")
+    token = secrets.token_urlsafe(32)
+    (tmp / "token").write_text(token)
     gateway = subprocess.Popen([sys.executable, "-m", "gyrectl.gateway", "--token-file", str(tmp / "token"),
                                 "--records", str(tmp / "calls.jsonl"), "--no-fsync",
                                 "--server", f"v0={args.vllm_url}"], stdout=subprocess.PIPE, text=True)
     try:
         gateway_url = gateway.stdout.readline().strip()
         paths = {"direct": (f"{args.vllm_url}/v1/chat/completions", {}),
-                 "gateway": (f"{gateway_url}/x/bench/v1/chat/completions", {"Authorization": "Bearer bench-token"})}
+                 "gateway": (f"{gateway_url}/x/bench/v1/chat/completions", {"Authorization": f"Bearer {token}"})}
         results = {name: ([], []) for name in paths}
         await round_(*paths["direct"], 16, 1)  # warm-up: connections, prefix cache
         for _ in range(args.rounds):

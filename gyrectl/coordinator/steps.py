@@ -32,9 +32,12 @@ class StepFactory:
     """Where the weights a server starts with live (``checkpoints/vN``) and its log goes."""
     gpus_per_node: int
     cpus_per_node: int
+    server_key: str = ""
+    """The key every server is locked with (``RunDir.server_key``; empty in the simulator)."""
 
     def rollout(self, *, cell: int, nodes: tuple[str, ...], version: int) -> StepSpec:
-        server = rollout_server(self.config, cell=cell, weights_dir=self.run.weights_dir(version))
+        server = rollout_server(self.config, cell=cell, weights_dir=self.run.weights_dir(version),
+                                server_key=self.server_key)
         env = {**server.env, "GYRECTL_ROLE": "rollout", "GYRECTL_CELL": str(cell),
                "GYRECTL_WEIGHTS_VERSION": str(version)}
         name = f"rollout-cell{cell}"
@@ -85,4 +88,5 @@ def step_factory(config: Config, run: RunDir | None = None) -> StepFactory:
     simulator needs; a real coordinator passes its ``RunDir``): each cell's vLLM server, and the
     trainer entrypoint run by torchrun with an elastic node range."""
     return StepFactory(config=config, run=run or RunDir(Path(config.run.output_root) / config.run.name),
-                       gpus_per_node=config.cluster.gpus_per_node, cpus_per_node=config.cluster.cpus_per_node)
+                       gpus_per_node=config.cluster.gpus_per_node, cpus_per_node=config.cluster.cpus_per_node,
+                       server_key=run.server_key() if run is not None else "")

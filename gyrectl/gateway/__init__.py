@@ -5,10 +5,11 @@ time, and hides drained, removed or dead servers from the harness. See ``docs/ga
 
 Runbook (a gateway in front of one local vLLM server)::
 
-    gw = Gateway(GatewaySettings(token=run_token, models=("tiny",)), sink=JsonlCallSink(path))
+    gw = Gateway(GatewaySettings(token=run.token(), admin_token=run.admin_token(),
+                                 server_key=run.server_key(), models=("tiny",)), sink=JsonlCallSink(path))
     await gw.start()
     gw.pool.add("node1", "http://127.0.0.1:8100", weight_version=0)
-    # harness: OPENAI_BASE_URL=gw.base_url("exec-17"), OPENAI_API_KEY=run_token
+    # harness: OPENAI_BASE_URL=gw.base_url("exec-17"), OPENAI_API_KEY=run.token() (the client token)
     gw.pool.drain("node1")        # node1 leaves rollout; its calls move or finish
     await gw.stop()
 """

@@ -1,7 +1,11 @@
 """Runs a gateway in its own process until SIGINT/SIGTERM (what the head process starts).
 
-    python -m gyrectl.gateway --token-file RUN/token --records RUN/calls.jsonl \\
+    python -m gyrectl.gateway --token-file RUN/token --admin-token-file RUN/admin_token \\
+        --server-key-file RUN/server_key --records RUN/calls.jsonl \\
         --server node1=http://127.0.0.1:8100 --port 8000 --models tiny
+
+Without ``--admin-token-file`` the admin routes are off. A token file that is missing, empty or
+short stops the gateway with exit 2 before it listens.
 """
 
 from __future__ import annotations
@@ -9,14 +13,37 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
+import sys
 from pathlib import Path
+from typing import NoReturn
 
 from gyrectl.gateway import Gateway, GatewaySettings, JsonlCallSink
+from gyrectl.gateway.settings import WeakToken
 
 
-async def serve(args: argparse.Namespace) -> None:
-    settings = GatewaySettings(token=Path(args.token_file).read_text().strip(), models=tuple(args.models),
+def settings_from(args: argparse.Namespace) -> GatewaySettings:
+    """The settings the arguments ask for; ``SystemExit(2)`` with a message for a bad token file."""
+    def secret(path: str | None) -> str:
+        if path is None:
+            return ""
+        try:
+            return Path(path).read_text().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            _refuse(f"cannot read the token file {path}: {exc}")
+    try:
+        return GatewaySettings(token=secret(args.token_file), admin_token=secret(args.admin_token_file),
+                               server_key=secret(args.server_key_file), models=tuple(args.models),
                                host=args.host, port=args.port)
+    except WeakToken as exc:
+        _refuse(str(exc))
+
+
+def _refuse(message: str) -> NoReturn:
+    print(f"gateway: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+async def serve(args: argparse.Namespace, settings: GatewaySettings) -> None:
     sink = JsonlCallSink(Path(args.records), fsync=not args.no_fsync)
     gateway = Gateway(settings, sink=sink)
     await gateway.start()
@@ -34,14 +61,17 @@ async def serve(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m gyrectl.gateway")
-    parser.add_argument("--token-file", required=True)
+    parser.add_argument("--token-file", required=True, help="the client token harnesses present")
+    parser.add_argument("--admin-token-file", help="the token the admin routes take (none: admin routes off)")
+    parser.add_argument("--server-key-file", help="the rollout servers' API key, sent on every upstream call")
     parser.add_argument("--records", required=True, help="JSONL file the calls are appended to")
     parser.add_argument("--server", action="append", default=[], help="NAME=URL of a rollout server")
     parser.add_argument("--models", nargs="+", default=["tiny"])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--no-fsync", action="store_true", help="skip the per-record fsync (benchmarks)")
-    asyncio.run(serve(parser.parse_args()))
+    args = parser.parse_args()
+    asyncio.run(serve(args, settings_from(args)))
 
 
 if __name__ == "__main__":

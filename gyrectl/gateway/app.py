@@ -2,8 +2,8 @@
 
 Client routes, under ``/v1`` or ``/x/<execution>[/<role>]/v1`` (see ``auth``):
 ``POST chat/completions``, ``completions``, ``responses``, ``messages``; ``GET models``.
-Admin routes (same token): ``GET /admin/servers``; ``POST /admin/servers`` ``{"name", "url",
-"weight_version"}``; ``POST /admin/servers/<name>/drain`` ``{"grace_s"}``;
+Admin routes (the admin token only; a client token gets 403): ``GET /admin/servers``;
+``POST /admin/servers`` ``{"name", "url", "weight_version"}``; ``POST /admin/servers/<name>/drain`` ``{"grace_s"}``;
 ``POST /admin/servers/<name>/weight_version`` ``{"version"}``; ``DELETE /admin/servers/<name>``.
 
 aiohttp rather than FastAPI: the gateway is a streaming proxy, so it wants a raw request body
@@ -24,10 +24,10 @@ from typing import Any
 from aiohttp import web
 
 from gyrectl.gateway import anthropic, chat, completions, relay
-from gyrectl.gateway.auth import Caller, identify, presented_key
+from gyrectl.gateway.auth import Caller, identify, is_admin, presented_key
 from gyrectl.gateway.capture import CallContext
 from gyrectl.gateway.engine import EngineDeps, Generation
-from gyrectl.gateway.errors import GatewayError, unauthorized, unavailable
+from gyrectl.gateway.errors import GatewayError, forbidden, unauthorized, unavailable
 from gyrectl.gateway.pool import ServerPool
 from gyrectl.gateway.settings import GatewaySettings
 from gyrectl.gateway.sink import CallSink
@@ -54,11 +54,11 @@ class Gateway:
         self._deps: EngineDeps | None = None
 
     def base_url(self, execution: str, role: str = "main") -> str:
-        """The OpenAI base URL to give the harness of ``execution`` (key: the run token)."""
+        """The OpenAI base URL to give the harness of ``execution`` (key: the client token)."""
         return f"{self.url}/x/{execution}/v1" if role == "main" else f"{self.url}/x/{execution}/{role}/v1"
 
     async def start(self) -> None:
-        upstream = Upstream(read_timeout_s=self.settings.read_timeout_s)
+        upstream = Upstream(read_timeout_s=self.settings.read_timeout_s, server_key=self.settings.server_key)
         self._deps = EngineDeps(self.pool, upstream, self.sink, max_attempts=self.settings.max_attempts)
         app = web.Application(client_max_size=self.settings.max_body_bytes, middlewares=[self._errors])
         app.router.add_route("*", "/admin/servers", self._admin)
@@ -132,7 +132,7 @@ class Gateway:
 
     # -- admin ---------------------------------------------------------------------------------
     async def _admin(self, request: web.Request) -> web.Response:
-        self._caller(request)
+        self._admin_caller(request)
         name, action = request.match_info.get("name"), request.match_info.get("action")
         body = parse_body(await _read(request)) if request.body_exists else {}
         try:
@@ -158,6 +158,16 @@ class Gateway:
         if caller is None:
             raise unauthorized()
         return caller
+
+    def _admin_caller(self, request: web.Request) -> None:
+        key = presented_key(request.headers)
+        if is_admin(key, self.settings.admin_token):
+            return
+        if identify(request.path, key, self.settings.token) is not None:
+            raise forbidden("The admin routes take the admin token; this is the client token harnesses get.")
+        if not self.settings.admin_token:
+            raise forbidden("This gateway's admin routes are off (it was started without an admin token).")
+        raise unauthorized()
 
     @web.middleware
     async def _errors(self, request: web.Request,

@@ -1,4 +1,7 @@
-"""Who is calling: the run token and the execution a call belongs to (pure).
+"""Who is calling: the client or the admin token, and the execution a call belongs to (pure).
+
+Two tokens, so that agent code under training never holds the keys to the run: harnesses get the
+client token, which reaches the client routes only; the admin routes take the admin token alone.
 
 A harness is configured with a base URL and an API key, nothing else, so either can carry the
 execution:
@@ -37,9 +40,9 @@ def presented_key(headers: Mapping[str, str]) -> str:
 
 
 def identify(path: str, key: str, token: str) -> Caller | None:
-    """The caller of ``path`` with API key ``key``, or ``None`` when the key is not the run's."""
+    """The caller of ``path`` with API key ``key``, or ``None`` when the key is not the client token."""
     secret, _, key_execution = key.partition(".")
-    if not hmac.compare_digest(secret.encode(), token.encode()):
+    if not _same(secret, token):
         return None
     execution, role, api_path = key_execution or UNATTRIBUTED, "main", path
     if path.startswith("/x/"):
@@ -49,3 +52,14 @@ def identify(path: str, key: str, token: str) -> Caller | None:
             role, rest = rest[0], rest[1:]
         api_path = "/" + "/".join(rest)
     return Caller(execution, role, api_path)
+
+
+def is_admin(key: str, admin_token: str) -> bool:
+    """Whether ``key`` is the admin token (never true while the admin routes are off)."""
+    return bool(admin_token) and _same(key, admin_token)
+
+
+def _same(presented: str, secret: str) -> bool:
+    # Constant time. A header byte that is not UTF-8 arrives as a lone surrogate; surrogatepass
+    # encodes it to bytes no valid token has, instead of raising.
+    return hmac.compare_digest(presented.encode(errors="surrogatepass"), secret.encode())

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-                    413: "request_too_large", 503: "overloaded_error"}
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                    404: "not_found_error", 413: "request_too_large", 503: "overloaded_error"}
 
 
 class GatewayError(Exception):
@@ -42,6 +42,10 @@ def bad_request(message: str, *, param: str | None = None) -> GatewayError:
 def unauthorized() -> GatewayError:
     return GatewayError(401, "Missing or invalid API key (the run's gateway token).",
                         type="authentication_error", code="invalid_api_key")
+
+
+def forbidden(message: str) -> GatewayError:
+    return GatewayError(403, message, type="permission_error", code="forbidden")
 
 
 def unknown_model(model: str, served: tuple[str, ...]) -> GatewayError:

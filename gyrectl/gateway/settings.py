@@ -4,12 +4,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+MIN_TOKEN_CHARS = 24
+"""Shortest token a gateway accepts: a run's tokens are 43 random URL-safe characters; anything
+as short as a word or a typo'd empty file must stop the gateway, not open it."""
+
+
+class WeakToken(ValueError):
+    """A token the gateway will not start with (empty, short, or the client and admin tokens equal)."""
+
 
 @dataclass(frozen=True)
 class GatewaySettings:
     token: str
-    """The run's secret bearer token (the run directory's ``token`` file); every client and
-    admin request must carry it."""
+    """The client token (the run directory's ``token`` file): what harnesses present, good for the
+    client routes (``/v1/...``) only."""
+    admin_token: str = ""
+    """The admin token (``admin_token``): the only key the admin routes take. Empty: the admin
+    routes are off (403), as in a run, where the coordinator drives the pool in-process."""
+    server_key: str = ""
+    """The rollout servers' API key (``server_key``), sent as ``Authorization: Bearer`` on every
+    call to a server; empty for servers started without one."""
     models: tuple[str, ...] = ("tiny",)
     """Model names the rollout servers serve (``--served-model-name``); others get 404."""
     host: str = "127.0.0.1"
@@ -30,3 +44,13 @@ class GatewaySettings:
     """Silence from a server, mid-call, after which it counts as dead and the call moves."""
     max_attempts: int = 6
     """Servers one call may try before the client gets 503."""
+
+    def __post_init__(self) -> None:
+        if len(self.token) < MIN_TOKEN_CHARS:
+            raise WeakToken(f"the gateway's client token is {len(self.token)} characters long; it needs at "
+                            f"least {MIN_TOKEN_CHARS} (an empty token file would let anyone in)")
+        if self.admin_token and len(self.admin_token) < MIN_TOKEN_CHARS:
+            raise WeakToken(f"the gateway's admin token is {len(self.admin_token)} characters long; it needs "
+                            f"at least {MIN_TOKEN_CHARS}")
+        if self.admin_token == self.token:
+            raise WeakToken("the admin token equals the client token: harnesses would reach the admin routes")

@@ -30,10 +30,11 @@ class UpstreamRejected(Exception):
 
 
 class Upstream:
-    def __init__(self, *, read_timeout_s: float = 120.0, connect_timeout_s: float = 5.0):
+    def __init__(self, *, read_timeout_s: float = 120.0, connect_timeout_s: float = 5.0, server_key: str = ""):
         # No pool limit: concurrency is bounded by the harnesses, and a limit here would queue
         # calls invisibly in front of the servers' own scheduler.
         self._session = aiohttp.ClientSession(
+            headers={"Authorization": f"Bearer {server_key}"} if server_key else None,
             connector=aiohttp.TCPConnector(limit=0, force_close=False),
             timeout=aiohttp.ClientTimeout(total=None, connect=connect_timeout_s,
                                           sock_read=read_timeout_s))

@@ -92,7 +92,8 @@ def run_loop(*, run: RunDir, config: Config, cluster: Cluster, nodes: Sequence[N
     writer = CaptureWriter(run.calls_store)
     # A call waits for a server as long as its execution may run: while a crashed cell's server
     # restarts, or while every cell is between roles, harnesses see a slow call, not an error.
-    settings = GatewaySettings(token=token, models=(served,), server_wait_s=config.rollout.execution_time_limit_s)
+    settings = GatewaySettings(token=token, admin_token=run.admin_token(), server_key=run.server_key(),
+                               models=(served,), server_wait_s=config.rollout.execution_time_limit_s)
     gateway = BackgroundGateway(settings, sink=writer)
     load = LoadPublisher(run, gateway)
     steps = step_factory(config, run=run)
@@ -107,7 +108,7 @@ def run_loop(*, run: RunDir, config: Config, cluster: Cluster, nodes: Sequence[N
                             tasks=tasks,
                             executions_per_task=config.rollout.executions_per_task,
                             batch_executions=config.training.batch_executions,
-                            verifier=verifier, servers=servers, weight_sync=HttpWeightSync())
+                            verifier=verifier, servers=servers, weight_sync=HttpWeightSync(server_key=run.server_key()))
     actuator = Actuator(cluster=cluster, gateway=rollouts, clock=rollouts, steps=steps, cell_nodes=cell_nodes)
     try:
         past = read_events(run.journal_file)

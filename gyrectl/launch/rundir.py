@@ -1,8 +1,10 @@
 """The one object that owns a run's layout on the shared filesystem.
 
-    <output_root>/<run name>/          created 0700: it holds the run's secret token
+    <output_root>/<run name>/          created 0700: it holds the run's secrets
       config.yaml                      the resolved config (every default filled in)
-      token                            per-run bearer token (0600) the gateway requires
+      token                            client token (0600): harnesses' API key, client routes only
+      admin_token                      admin token (0600): the gateway's admin routes; harnesses never get it
+      server_key                       rollout servers' API key (0600): the gateway and control calls send it
       job.json                         backend, job id, layout, submit time
       journal.jsonl                    append-only event log (fsync'd), the coordinator's memory
       nodes.json                       node table written by the head: name, het group, GPUs, role
@@ -57,6 +59,14 @@ class RunDir:
     @property
     def token_file(self) -> Path:
         return self.path / "token"
+
+    @property
+    def admin_token_file(self) -> Path:
+        return self.path / "admin_token"
+
+    @property
+    def server_key_file(self) -> Path:
+        return self.path / "server_key"
 
     @property
     def job_file(self) -> Path:
@@ -160,9 +170,8 @@ class RunDir:
         run = cls(path)
         for sub in (run.submit_dir, run.trajectories_dir, run.batches_dir, run.checkpoints_dir, run.logs_dir):
             sub.mkdir()
-        fd = os.open(run.token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_urlsafe(32) + "\n")
+        for secret in (run.token_file, run.admin_token_file, run.server_key_file):
+            _create_secret(secret)
         return run
 
     @classmethod
@@ -178,7 +187,16 @@ class RunDir:
         raise UserError(f"no gyrectl run at {looked} (a run directory holds config.yaml)")
 
     def token(self) -> str:
+        """The client token: what harnesses present, good for the client routes only."""
         return self.token_file.read_text().strip()
+
+    def admin_token(self) -> str:
+        """The gateway's admin token (made on first use in a run created before it existed)."""
+        return _read_secret(self.admin_token_file)
+
+    def server_key(self) -> str:
+        """The rollout servers' API key (made on first use, as ``admin_token``)."""
+        return _read_secret(self.server_key_file)
 
     def write_json(self, path: Path, data: Any) -> None:
         """Writes ``data`` atomically (temp file + rename), so a reader never sees half a file."""
@@ -201,3 +219,19 @@ class RunDir:
             raise DamagedRunFile(path, f"not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
         except RecursionError:
             raise DamagedRunFile(path, "JSON nested too deeply to be what gyrectl wrote") from None
+
+
+def _create_secret(path: Path) -> None:
+    """A fresh random secret in a new 0600 file (O_EXCL: never overwrites one a process already read)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_urlsafe(32) + "\n")
+
+
+def _read_secret(path: Path) -> str:
+    if not path.exists():
+        try:
+            _create_secret(path)
+        except FileExistsError:  # another process made it first: read theirs
+            pass
+    return path.read_text().strip()

@@ -1,5 +1,6 @@
 """The two HTTP calls the coordinator makes to a rollout server's control routes, always with a
-timeout: a server that stops answering must fail the caller, never hang it.
+timeout: a server that stops answering must fail the caller, never hang it. ``key`` is the
+servers' API key (``RunDir.server_key``): every route but ``/health`` needs it (``rollout.guard``).
 
 Standard library only: the coordinator's loop is synchronous and makes a handful of control calls
 per weight version, so a client library would buy nothing.
@@ -23,20 +24,24 @@ class ServerCallError(RuntimeFailure):
         super().__init__(f"{method} {url} failed: {reason}")
 
 
-def post(url: str, body: dict[str, Any] | None = None, *, timeout_s: float) -> Any:
+def post(url: str, body: dict[str, Any] | None = None, *, timeout_s: float, key: str = "") -> Any:
     """POSTs ``body`` as JSON; returns the decoded JSON reply (``None`` for an empty one)."""
     data = b"" if body is None else json.dumps(body).encode()
     return _call(urllib.request.Request(url, data=data, method="POST",
-                                        headers={"Content-Type": "application/json"}), timeout_s)
+                                        headers={"Content-Type": "application/json", **_auth(key)}), timeout_s)
 
 
-def get(url: str, *, timeout_s: float) -> Any:
-    return _call(urllib.request.Request(url, method="GET"), timeout_s)
+def get(url: str, *, timeout_s: float, key: str = "") -> Any:
+    return _call(urllib.request.Request(url, method="GET", headers=_auth(key)), timeout_s)
 
 
-def get_text(url: str, *, timeout_s: float) -> str:
+def get_text(url: str, *, timeout_s: float, key: str = "") -> str:
     """A GET whose answer is text (a Prometheus ``/metrics`` page), not JSON."""
-    return _call(urllib.request.Request(url, method="GET"), timeout_s, as_text=True)
+    return _call(urllib.request.Request(url, method="GET", headers=_auth(key)), timeout_s, as_text=True)
+
+
+def _auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"} if key else {}
 
 
 def _call(request: urllib.request.Request, timeout_s: float, *, as_text: bool = False) -> Any:

@@ -29,6 +29,7 @@ def engine_load(metrics: str) -> dict[str, int]:
 class LoadPublisher:
     def __init__(self, run: RunDir, gateway: BackgroundGateway, *, every_s: float = 2.0):
         self._run, self._gateway, self._every_s = run, gateway, every_s
+        self._key = run.server_key()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="server-load", daemon=True)
         self._thread.start()
@@ -41,7 +42,8 @@ class LoadPublisher:
         rows = []
         for view in self._gateway.servers():
             try:
-                load: dict[str, int | None] = dict(engine_load(get_text(view.url + "/metrics", timeout_s=1.0)))
+                page = get_text(view.url + "/metrics", timeout_s=1.0, key=self._key)
+                load: dict[str, int | None] = dict(engine_load(page))
             except ServerCallError:  # starting, stopping or gone: the gateway's view still counts
                 load = {"running": None, "waiting": None}
             rows.append({"name": view.name, "url": view.url, "state": view.state.value,

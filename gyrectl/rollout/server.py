@@ -19,7 +19,11 @@ Why each fixed part is there:
 * ``--enable-auto-tool-choice --tool-call-parser hermes``: agent harnesses send ``tools``.
 * ``rollout.engine_args`` come last, so they override any of the flags above (argparse keeps the
   last value): ``tool-call-parser: llama3_json`` replaces ``hermes``.
-* ``VLLM_SERVER_DEV_MODE=1`` opens the pause / reload / resume routes live weight sync uses.
+* ``VLLM_SERVER_DEV_MODE=1`` opens the pause / reload / resume routes live weight sync uses, so
+  a server is locked with the run's server key (``VLLM_API_KEY`` in its environment, checked on
+  every route by ``--middleware gyrectl.rollout.guard.ServerKeyGuard``; see ``rollout.guard``).
+* Where it listens: loopback on the local backend; on Slurm the address of the node it runs on,
+  looked up there by ``gyrectl.cluster.slurm_bind`` (one command runs on every node of a cell).
 * On CPU, ``VLLM_CPU_OMP_THREADS_BIND=nobind`` and ``OMP_NUM_THREADS=1``: pinned (``auto``) servers
   on a small shared machine starve their own API front-end while generating, which then sends a
   whole stream in one burst at its end. ``VLLM_CPU_KVCACHE_SPACE`` (GiB) takes precedence over
@@ -36,8 +40,11 @@ from pathlib import Path
 from typing import Any
 
 from gyrectl.config.schema import Config
+from gyrectl.rollout.guard import KEY_ENV, MIDDLEWARE
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+BIND_MODULE = "gyrectl.cluster.slurm_bind"
+LOOPBACK = "127.0.0.1"
 MAX_LOGPROBS = 20
 CPU_KVCACHE_GIB = 1
 """KV cache of a CPU server when the engine args do not size it: plenty for the tiny model."""
@@ -57,18 +64,26 @@ class ServerLaunch:
     """``--served-model-name``: the ``model`` field clients send."""
 
 
-def rollout_server(config: Config, *, cell: int, weights_dir: Path, python: str = sys.executable) -> ServerLaunch:
-    """The server of ``cell`` serving the HF folder ``weights_dir`` (``RunDir.weights_dir(version)``)."""
+def rollout_server(config: Config, *, cell: int, weights_dir: Path, server_key: str = "",
+                   python: str = sys.executable) -> ServerLaunch:
+    """The server of ``cell`` serving the HF folder ``weights_dir`` (``RunDir.weights_dir(version)``),
+    locked with ``server_key`` (``RunDir.server_key``; empty: an open server, for tools that
+    never start it, like the simulator)."""
     model, port, name = config.model, server_port(config, cell=cell), served_model_name(config)
+    local = config.cluster.backend == "local"
     command = (
         python, "-m", SERVER_MODULE, "--model", str(weights_dir), "--served-model-name", name,
-        "--host", server_host(config), "--port", str(port), "--dtype", model.dtype,
+        *(("--host", LOOPBACK) if local else ()), "--port", str(port), "--dtype", model.dtype,
         "--tensor-parallel-size", str(model.tensor_parallel), "--pipeline-parallel-size", str(model.pipeline_parallel),
         "--max-logprobs", str(MAX_LOGPROBS), "--enable-scale-out",
         "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+        *(("--middleware", MIDDLEWARE) if server_key else ()),
         *engine_flags(config.rollout.engine_args),
     )
-    return ServerLaunch(command=command, env=server_env(config), port=port, model_name=name)
+    if not local:
+        command = (python, "-m", BIND_MODULE, *command)
+    env = server_env(config) | ({KEY_ENV: server_key} if server_key else {})
+    return ServerLaunch(command=command, env=env, port=port, model_name=name)
 
 
 def server_port(config: Config, *, cell: int) -> int:
@@ -76,12 +91,6 @@ def server_port(config: Config, *, cell: int) -> int:
     nodes share this machine, so cell N takes ``rollout.server_port + N``."""
     base = config.rollout.server_port
     return base + cell if config.cluster.backend == "local" else base
-
-
-def server_host(config: Config) -> str:
-    """Local servers answer on loopback only; on Slurm the gateway on the head reaches them over
-    the network."""
-    return "127.0.0.1" if config.cluster.backend == "local" else "0.0.0.0"
 
 
 def server_url(config: Config, *, cell: int, address: str) -> str:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gyrectl.errors import RuntimeFailure
 from gyrectl.rollout.http import post
@@ -44,6 +45,8 @@ class HttpWeightSync:
     """How long reading the folder may take (minutes for a large model on a slow filesystem)."""
     request_timeout_s: float = 30.0
     """Every other control call."""
+    server_key: str = ""
+    """The servers' API key (``RunDir.server_key``), sent on every control call."""
 
     def sync(self, url: str, weights_dir: Path, version: int) -> float:
         started = time.perf_counter()
@@ -60,16 +63,19 @@ class HttpWeightSync:
         return time.perf_counter() - started
 
     def _pause_and_load(self, url: str, weights_dir: Path, version: int) -> None:
-        post(f"{url}/pause?mode=wait", timeout_s=self.pause_timeout_s)
-        post(f"{url}/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(weights_dir)},
-                                       "timeout": self.reload_timeout_s}, timeout_s=self.reload_timeout_s + 5)
-        if not post(f"{url}/reset_prefix_cache", timeout_s=self.request_timeout_s)["success"]:
+        self._post(f"{url}/pause?mode=wait", timeout_s=self.pause_timeout_s)
+        self._post(f"{url}/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(weights_dir)},
+                                             "timeout": self.reload_timeout_s}, timeout_s=self.reload_timeout_s + 5)
+        if not self._post(f"{url}/reset_prefix_cache", timeout_s=self.request_timeout_s)["success"]:
             raise RuntimeFailure(f"{url} kept its prefix cache (blocks still held after pausing)")
-        post(f"{url}/update_weight_version", {"new_version": str(version)}, timeout_s=self.request_timeout_s)
+        self._post(f"{url}/update_weight_version", {"new_version": str(version)}, timeout_s=self.request_timeout_s)
+
+    def _post(self, url: str, body: dict[str, Any] | None = None, *, timeout_s: float) -> Any:
+        return post(url, body, timeout_s=timeout_s, key=self.server_key)
 
     def _resume(self, url: str, *, failed: Exception | None) -> None:
         try:
-            post(f"{url}/resume", timeout_s=self.request_timeout_s)
+            self._post(f"{url}/resume", timeout_s=self.request_timeout_s)
         except RuntimeFailure as err:
             before = f"after: {failed}; " if failed is not None else ""
             raise RuntimeFailure(f"{url} could not be resumed and stays paused ({before}{err})") from err

@@ -26,8 +26,8 @@ from gyrectl.gateway import GatewaySettings, JsonlCallSink
 from gyrectl.gateway.background import BackgroundGateway
 from gyrectl.rollout.server import rollout_server
 from gyrectl.store.jsonl import read_records
+from gateway_keys import ADMIN_TOKEN, SERVER_KEY, TOKEN
 
-TOKEN = "test-run-token"
 NUM_SERVERS = 2
 
 
@@ -73,7 +73,7 @@ class GatewayThread(BackgroundGateway):
 
     def __init__(self, settings: GatewaySettings, records_path: Path):
         self.records_path = records_path
-        self.token = settings.token
+        self.token, self.admin_token = settings.token, settings.admin_token
         self.sink = JsonlCallSink(records_path, fsync=False)
         super().__init__(settings, sink=self.sink)
 
@@ -81,7 +81,7 @@ class GatewayThread(BackgroundGateway):
         return list(read_records(self.records_path))
 
     def admin(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-        status, reply = self.admin_as(self.token, method, path, body)
+        status, reply = self.admin_as(self.admin_token, method, path, body)
         assert status == 200, reply
         return reply
 
@@ -105,8 +105,9 @@ class GatewayThread(BackgroundGateway):
 @pytest.fixture
 def gateway(vllm_servers: list[VllmServer], tmp_path: Path) -> Iterator[GatewayThread]:
     """A fresh gateway over every live server, with a 1 s drain grace."""
-    thread = GatewayThread(GatewaySettings(token=TOKEN, drain_grace_s=1.0, server_wait_s=10.0,
-                                           read_timeout_s=30.0), tmp_path / "calls.jsonl")
+    thread = GatewayThread(GatewaySettings(token=TOKEN, admin_token=ADMIN_TOKEN, server_key=SERVER_KEY,
+                                           drain_grace_s=1.0, server_wait_s=10.0, read_timeout_s=30.0),
+                           tmp_path / "calls.jsonl")
     for version, server in enumerate(vllm_servers):
         if server.alive:
             thread.call(thread.gateway.pool.add, server.name, server.url, weight_version=version)
@@ -122,11 +123,11 @@ def _free_port() -> int:
 
 def _start_vllm(model: Path, name: str, logs: Path) -> VllmServer:
     """A server exactly as a rollout step starts one (``gyrectl.rollout.server``), serving the
-    tiny model as ``tiny`` (its folder's name) on a free port."""
+    tiny model as ``tiny`` (its folder's name) on a free port, locked with ``SERVER_KEY``."""
     config = Config(model=ModelConfig(path=str(model), dtype="float32"),
                     rollout=RolloutConfig(engine_args={"max-model-len": 4096, "enforce-eager": True},
                                           server_port=_free_port()))
-    launch = rollout_server(config, cell=0, weights_dir=model)
+    launch = rollout_server(config, cell=0, weights_dir=model, server_key=SERVER_KEY)
     log = open(logs / f"{name}.log", "wb")  # noqa: SIM115 -- the server owns it until killed
     process = subprocess.Popen(launch.command, env={**os.environ, **launch.env}, stdout=log, stderr=subprocess.STDOUT,
                                start_new_session=True)  # own process group: killpg stops workers too

@@ -11,6 +11,7 @@ import urllib.request
 import httpx
 import openai
 import pytest
+from gateway_keys import SERVER_KEY, TOKEN
 
 pytestmark = pytest.mark.vllm
 MESSAGES = [{"role": "user", "content": "Say hi."}]
@@ -25,9 +26,10 @@ def client(gateway):
     return openai.OpenAI(base_url=gateway.base_url("exec-1"), api_key=gateway.token, max_retries=0)
 
 
-def _direct(url: str, path: str, body: dict) -> dict:
-    request = urllib.request.Request(url + path, data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+def _direct(url: str, path: str, body: dict | None, *, key: str | None = SERVER_KEY, method: str = "POST") -> dict:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url + path, data=data, method=method, headers={
+        "Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key is not None else {})})
     with urllib.request.urlopen(request, timeout=60) as response:
         return json.loads(response.read())
 
@@ -146,6 +148,33 @@ def test_models_and_auth(gateway, client):
             model="tiny", messages=MESSAGES, max_tokens=2)
     assert gateway.admin_as("wrong", "GET", "/admin/servers")[0] == 401
     assert gateway.records() == [], "a refused call is not recorded"
+
+
+ADMIN_ROUTES = [("GET", "/admin/servers", None), ("POST", "/admin/servers", {"name": "evil", "url": "http://x:1"}),
+                ("POST", "/admin/servers/v0/drain", {"grace_s": 0}),
+                ("POST", "/admin/servers/v0/weight_version", {"version": 7}), ("DELETE", "/admin/servers/v0", None)]
+
+
+def test_a_harness_key_opens_no_admin_route(gateway):
+    before = gateway.admin("GET", "/admin/servers")
+    for key in (gateway.token, f"{gateway.token}.exec-1", ""):
+        for method, path, body in ADMIN_ROUTES:
+            status, reply = gateway.admin_as(key, method, path, body)
+            assert status in (401, 403), (key, method, path, reply)
+    assert gateway.admin("GET", "/admin/servers") == before  # nothing was added, drained or removed
+
+
+@pytest.mark.parametrize(("method", "path", "body"), [
+    ("GET", "/v1/models", None), ("POST", "/v1/completions", {"model": "tiny", "prompt": "a", "max_tokens": 1}),
+    ("POST", "/pause?mode=abort", None), ("POST", "/collective_rpc", {"method": "reload_weights"}),
+    ("POST", "/sleep?level=1", None), ("GET", "/is_paused", None)])
+def test_a_rollout_server_refuses_calls_without_its_key(vllm_servers, method, path, body):
+    for key in (None, "wrong", TOKEN):  # none, a guess, the harnesses' token
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            _direct(vllm_servers[0].url, path, body, key=key, method=method)
+        assert refused.value.code == 401
+    with urllib.request.urlopen(vllm_servers[0].url + "/health", timeout=10) as health:  # probes need no secret
+        assert health.status == 200
 
 
 def test_key_carries_the_execution(gateway):

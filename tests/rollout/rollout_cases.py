@@ -26,12 +26,17 @@ class LiveServer:
     prompt_ids: list[int]
     startup_s: float
 
+    @property
+    def key(self) -> str:
+        """The run's server key: the server is locked with it, as every rollout server is."""
+        return self.run.server_key()
+
     def greedy(self, prompt_ids: list[int] | None = None) -> list[int]:
         """Greedy token ids from ``/v1/completions`` (token in, token out; EOS ignored so both
         sides produce exactly NEW_TOKENS)."""
         reply = post(f"{self.url}/v1/completions", {
             "model": self.model_name, "prompt": prompt_ids or self.prompt_ids, "max_tokens": NEW_TOKENS,
-            "temperature": 0, "ignore_eos": True, "return_token_ids": True}, timeout_s=60)
+            "temperature": 0, "ignore_eos": True, "return_token_ids": True}, timeout_s=60, key=self.key)
         return reply["choices"][0]["token_ids"]
 
 

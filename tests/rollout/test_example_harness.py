@@ -37,17 +37,17 @@ from gyrectl.store.jsonl import read_records
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "agent"
-TOKEN = "example-harness-token"
+TOKEN = "example-harness-token-long-enough"
 TASKS = {task["id"]: task for task in load_tasks(EXAMPLE / "tasks.jsonl")}
 
 
 @pytest.fixture(scope="module")
-def rollout_server(request: pytest.FixtureRequest) -> tuple[str, str]:
-    """``(url, served model name)`` of the rollout directory's one live server."""
+def rollout_server(request: pytest.FixtureRequest) -> tuple[str, str, str]:
+    """``(url, served model name, server key)`` of the rollout directory's one live server."""
     if external := os.environ.get("GYRECTL_TEST_VLLM_URLS"):
-        return external.split(",")[0], "tiny"
+        return external.split(",")[0], "tiny", ""
     live = request.getfixturevalue("live_server")
-    return live.url, live.model_name
+    return live.url, live.model_name, live.key
 
 
 class Harnesses:
@@ -78,9 +78,10 @@ class Harnesses:
         return (self.logs / f"{execution}.err").read_text(errors="replace")
 
 
-def start_gateway(tmp_path: Path, model: str, server_url: str | None, port: int = 0) -> BackgroundGateway:
-    gateway = BackgroundGateway(GatewaySettings(token=TOKEN, models=(model,), port=port, server_wait_s=10,
-                                                read_timeout_s=30),
+def start_gateway(tmp_path: Path, model: str, server_url: str | None, server_key: str,
+                  port: int = 0) -> BackgroundGateway:
+    gateway = BackgroundGateway(GatewaySettings(token=TOKEN, server_key=server_key, models=(model,), port=port,
+                                                server_wait_s=10, read_timeout_s=30),
                                 sink=JsonlCallSink(tmp_path / "calls.jsonl", fsync=False))
     if server_url is not None:
         gateway.call(gateway.gateway.pool.add, "v0", server_url, weight_version=0)
@@ -88,8 +89,8 @@ def start_gateway(tmp_path: Path, model: str, server_url: str | None, port: int 
 
 
 @pytest.fixture
-def gateway(rollout_server: tuple[str, str], tmp_path: Path) -> Iterator[BackgroundGateway]:
-    gateway = start_gateway(tmp_path, rollout_server[1], rollout_server[0])
+def gateway(rollout_server: tuple[str, str, str], tmp_path: Path) -> Iterator[BackgroundGateway]:
+    gateway = start_gateway(tmp_path, rollout_server[1], rollout_server[0], rollout_server[2])
     yield gateway
     gateway.close()
 
@@ -178,7 +179,7 @@ def test_a_gateway_that_comes_up_late_is_waited_for(rollout_server, tmp_path):
         connection = dead.accept()[0]
         connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # RST, no TIME_WAIT
         connection.close()
-    gateway = start_gateway(tmp_path, rollout_server[1], rollout_server[0], port=port)
+    gateway = start_gateway(tmp_path, rollout_server[1], rollout_server[0], rollout_server[2], port=port)
     try:
         [done] = harnesses.wait().values()
     finally:
@@ -190,7 +191,7 @@ def test_a_gateway_that_comes_up_late_is_waited_for(rollout_server, tmp_path):
 # -- without a model server ----------------------------------------------------------------------
 
 def test_a_refused_key_is_unrecoverable_and_prints_no_output(tmp_path):
-    gateway = start_gateway(tmp_path, "tiny", None)  # the key is checked before any server is needed
+    gateway = start_gateway(tmp_path, "tiny", None, "")  # the key is checked before any server is needed
     try:
         harnesses = Harnesses(tmp_path, "tiny", OPENAI_API_KEY="not-the-run-token")
         execution = harnesses.start("refused", TASKS["add-1"], gateway.base_url("refused"))

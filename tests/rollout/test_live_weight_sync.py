@@ -16,7 +16,7 @@ import pytest
 from gyrectl.cluster.base import StepState
 from gyrectl.config.schema import TrainingConfig
 from gyrectl.errors import RuntimeFailure
-from gyrectl.rollout.http import get, post
+from gyrectl.rollout.http import get, get_text, post
 from gyrectl.rollout.weights import HttpWeightSync
 
 from rollout_cases import NEW_TOKENS, LiveServer, hf_greedy, perturbed_copy
@@ -30,14 +30,12 @@ def v1_dir(live_server: LiveServer) -> Path:
     return perturbed_copy(live_server.run.weights_dir(0), live_server.run.weights_dir(1), seed=1)
 
 
-def process_start_time(url: str) -> float:
+def process_start_time(server: LiveServer) -> float:
     """The API server process's start time, from its Prometheus process metrics: it changes if the
     server restarts, whatever port or step it comes back on."""
-    import urllib.request
-    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as reply:
-        for line in reply.read().decode().splitlines():
-            if line.startswith("process_start_time_seconds "):
-                return float(line.split()[1])
+    for line in get_text(f"{server.url}/metrics", timeout_s=10, key=server.key).splitlines():
+        if line.startswith("process_start_time_seconds "):
+            return float(line.split()[1])
     raise AssertionError("no process_start_time_seconds in /metrics")
 
 
@@ -45,7 +43,8 @@ def generate_weight_versions(server: LiveServer) -> list[dict[str, object]]:
     """``weight_versions`` spans of a token-in/token-out generation: which weights sampled which tokens."""
     reply = post(f"{server.url}/inference/v1/generate", {
         "model": server.model_name, "token_ids": server.prompt_ids,
-        "sampling_params": {"max_tokens": NEW_TOKENS, "temperature": 0, "ignore_eos": True}}, timeout_s=60)
+        "sampling_params": {"max_tokens": NEW_TOKENS, "temperature": 0, "ignore_eos": True}}, timeout_s=60,
+        key=server.key)
     return reply["choices"][0]["weight_versions"]
 
 
@@ -55,8 +54,8 @@ def test_started_server_decodes_like_transformers(live_server: LiveServer) -> No
 
 
 def test_live_sync_serves_the_new_weights_without_a_restart(live_server: LiveServer, v1_dir: Path) -> None:
-    server, sync = live_server, HttpWeightSync()
-    started_at = process_start_time(server.url)
+    server, sync = live_server, HttpWeightSync(server_key=server.key)
+    started_at = process_start_time(server)
     v0_tokens = server.greedy()
 
     seconds = sync.sync(server.url, v1_dir, 1)
@@ -65,18 +64,18 @@ def test_live_sync_serves_the_new_weights_without_a_restart(live_server: LiveSer
 
     assert v1_tokens == hf_greedy(v1_dir, server.prompt_ids)
     assert v1_tokens != v0_tokens
-    assert get(f"{server.url}/weight_info", timeout_s=5) == {"weight_version": "1"}
+    assert get(f"{server.url}/weight_info", timeout_s=5, key=server.key) == {"weight_version": "1"}
     assert generate_weight_versions(server) == [{"version": "1", "start": 0, "end": NEW_TOKENS}]
-    assert get(f"{server.url}/is_paused", timeout_s=5) == {"is_paused": False}
+    assert get(f"{server.url}/is_paused", timeout_s=5, key=server.key) == {"is_paused": False}
     # the same process, in the same step, served before and after
     assert server.cluster.step_status(server.step_id).state is StepState.RUNNING
-    assert process_start_time(server.url) == started_at
+    assert process_start_time(server) == started_at
 
     # and back: reloading is not one-way
     back_s = sync.sync(server.url, server.run.weights_dir(0), 0)
     print(f"weight sync v1 -> v0: {back_s * 1000:.0f} ms")
     assert server.greedy() == v0_tokens
-    assert get(f"{server.url}/weight_info", timeout_s=5) == {"weight_version": "0"}
+    assert get(f"{server.url}/weight_info", timeout_s=5, key=server.key) == {"weight_version": "0"}
 
 
 def test_after_a_training_step_the_live_server_decodes_like_the_saved_weights(
@@ -95,7 +94,7 @@ def test_after_a_training_step_the_live_server_decodes_like_the_saved_weights(
     assert trained.returncode == 0, trained.stderr
     saved = run.weights_dir(1)
 
-    server, sync = live_server, HttpWeightSync()
+    server, sync = live_server, HttpWeightSync(server_key=server.key)
     before = server.greedy()
     sync.sync(server.url, saved, 1)
     try:
@@ -109,15 +108,15 @@ def test_after_a_training_step_the_live_server_decodes_like_the_saved_weights(
 def test_a_folder_that_is_no_checkpoint_never_reaches_the_server(live_server: LiveServer, tmp_path: Path) -> None:
     before = server_state(live_server)
     with pytest.raises(RuntimeFailure, match="is not an HF checkpoint"):
-        HttpWeightSync().sync(live_server.url, tmp_path / "missing", 5)
+        HttpWeightSync(server_key=live_server.key).sync(live_server.url, tmp_path / "missing", 5)
     assert server_state(live_server) == before
 
 
 def test_a_failed_reload_still_resumes_and_a_good_one_repairs(live_server: LiveServer) -> None:
     # A checkpoint whose weights file is corrupt passes the folder check and fails inside vLLM,
     # after the engine has dropped its old parameters.
-    server, sync = live_server, HttpWeightSync()
-    good_version = int(get(f"{server.url}/weight_info", timeout_s=5)["weight_version"])
+    server, sync = live_server, HttpWeightSync(server_key=server.key)
+    good_version = int(get(f"{server.url}/weight_info", timeout_s=5, key=server.key)["weight_version"])
     good_tokens = server.greedy()
     corrupt = server.run.weights_dir(99)
     shutil.copytree(server.run.weights_dir(good_version), corrupt)
@@ -126,8 +125,8 @@ def test_a_failed_reload_still_resumes_and_a_good_one_repairs(live_server: LiveS
     with pytest.raises(RuntimeFailure, match="failed and the server was resumed") as failure:
         sync.sync(server.url, corrupt, 99)
     assert "collective_rpc" in str(failure.value)
-    assert get(f"{server.url}/is_paused", timeout_s=5) == {"is_paused": False}
-    assert get(f"{server.url}/weight_info", timeout_s=5) == {"weight_version": str(good_version)}
+    assert get(f"{server.url}/is_paused", timeout_s=5, key=server.key) == {"is_paused": False}
+    assert get(f"{server.url}/weight_info", timeout_s=5, key=server.key) == {"weight_version": str(good_version)}
 
     # No request ran in between (this test owns the server), so reloading good weights repairs it.
     sync.sync(server.url, server.run.weights_dir(good_version), good_version)
@@ -136,5 +135,6 @@ def test_a_failed_reload_still_resumes_and_a_good_one_repairs(live_server: LiveS
 
 
 def server_state(server: LiveServer) -> tuple[object, ...]:
-    return (get(f"{server.url}/is_paused", timeout_s=5), get(f"{server.url}/weight_info", timeout_s=5),
+    return (get(f"{server.url}/is_paused", timeout_s=5, key=server.key),
+            get(f"{server.url}/weight_info", timeout_s=5, key=server.key),
             server.greedy())

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from gyrectl.cluster import slurm_bind
 from gyrectl.config import parse_config
 from gyrectl.config.schema import Config
 from gyrectl.coordinator.steps import step_factory
@@ -53,15 +54,30 @@ def test_gpu_server_on_slurm() -> None:
                         "pipeline_parallel": 2},
                  rollout={"server_port": 9000})
     launch = rollout_server(cfg, cell=3, weights_dir=WEIGHTS)
-    assert launch.command[0] == sys.executable
+    # One command for every node of the cell: each node binds its own address, looked up there
+    assert launch.command[:6] == (sys.executable, "-m", "gyrectl.cluster.slurm_bind",
+                                  sys.executable, "-m", "vllm.entrypoints.openai.api_server")
+    assert "--host" not in launch.command  # never 0.0.0.0: slurm_bind appends the node's address
     assert flag_value(launch.command, "--served-model-name") == "Qwen3-32B"
-    assert flag_value(launch.command, "--host") == "0.0.0.0"  # the gateway on the head connects from afar
     assert launch.port == 9000  # every cell has its own nodes: one port for all
     assert flag_value(launch.command, "--dtype") == "bfloat16"
     assert flag_value(launch.command, "--tensor-parallel-size") == "4"
     assert flag_value(launch.command, "--pipeline-parallel-size") == "2"
     assert launch.env == {"VLLM_SERVER_DEV_MODE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
     assert server_url(cfg, cell=3, address="node7") == "http://node7:9000"
+
+
+def test_a_server_key_locks_every_route() -> None:
+    launch = rollout_server(config(), cell=0, weights_dir=WEIGHTS, server_key="k" * 43)
+    assert launch.env["VLLM_API_KEY"] == "k" * 43  # vLLM's own check on /v1, never on the command line
+    assert "k" * 43 not in " ".join(launch.command)
+    assert flag_value(launch.command, "--middleware") == "gyrectl.rollout.guard.ServerKeyGuard"  # the rest
+    assert "--middleware" not in rollout_server(config(), cell=0, weights_dir=WEIGHTS).command
+
+
+def test_slurm_bind_appends_the_nodes_own_address(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(slurm_bind, "node_address", {"node3": "10.0.0.13"}.__getitem__)
+    assert slurm_bind.bound(["python", "-m", "vllm", "--host", "0.0.0.0"], "node3")[-2:] == ["--host", "10.0.0.13"]
 
 
 def test_engine_args_become_flags_after_ours() -> None:
@@ -92,8 +108,9 @@ def test_served_name_comes_from_the_model_folder() -> None:
 
 def test_step_factory_rollout_step(tmp_path: Path) -> None:
     cfg = config(cluster={"nodes": 2, "cpus_per_node": 1}, rollout={"server_port": 8100})
-    run = RunDir(tmp_path / "run")
+    run = RunDir.create(tmp_path, "run")
     spec = step_factory(cfg, run).rollout(cell=1, nodes=("local-1",), version=4)
+    assert spec.env["VLLM_API_KEY"] == run.server_key()
     assert spec.name == "rollout-cell1" and spec.nodes == ("local-1",)
     assert flag_value(spec.command, "--model") == str(run.weights_dir(4))
     assert flag_value(spec.command, "--port") == "8101"

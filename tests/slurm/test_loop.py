@@ -5,6 +5,8 @@ nothing to train). One run serves every assertion; it takes a few minutes."""
 
 from __future__ import annotations
 
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,7 @@ from gyrectl.config import load_config
 from gyrectl.coordinator.events import PhaseChanged, StepFailed, TrainEnded, TrainStarted
 from gyrectl.coordinator.state import Phase
 
-from runs import batches, events, execution_records, launch_loop, status, wait_until_ended
+from runs import batches, events, execution_records, launch_loop, status, wait_for, wait_until_ended
 
 pytestmark = [pytest.mark.usefixtures("slurm_cluster"), pytest.mark.vllm, pytest.mark.loop, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
@@ -21,10 +23,46 @@ CONFIG = load_config(REPO / "configs/slurm-tiny.yaml")
 
 
 @pytest.fixture(scope="module")
-def finished(cli, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    run_dir = launch_loop(cli, root=tmp_path_factory.mktemp("runs"), model=tiny_model_dir, name="elastic")
-    view = wait_until_ended(cli, run_dir, timeout=900)
-    return run_dir, view
+def launched(cli, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return launch_loop(cli, root=tmp_path_factory.mktemp("runs"), model=tiny_model_dir, name="elastic")
+
+
+@pytest.fixture(scope="module")
+def probed(cli, launched: Path) -> dict[str, int]:
+    """What a live rollout server of the run answers, asked from outside its node (the login node):
+    routes without a key, with the harnesses' token, and with the run's server key."""
+    url = wait_for(lambda: next((s["url"] for s in status(cli, launched).get("servers") or ()
+                                 if s["running"] is not None), None),  # its metrics were read: the head has the key
+                   timeout=600, what="a serving rollout server", every=1.0)
+    refused = {"none": None, "client": (launched / "token").read_text().strip()}
+    answers = {f"{route} {who}": _answer(url + route, key)  # the control routes only where refused: harmless
+               for route in ("/v1/models", "/pause?mode=abort", "/collective_rpc", "/health")
+               for who, key in refused.items()}
+    return answers | {"/v1/models server": _answer(url + "/v1/models", (launched / "server_key").read_text().strip())}
+
+
+@pytest.fixture(scope="module")
+def finished(cli, launched: Path, probed: dict[str, int]) -> tuple[Path, dict]:
+    return launched, wait_until_ended(cli, launched, timeout=900)
+
+
+def _answer(url: str, key: str | None) -> int:
+    method = "GET" if url.endswith(("/health", "/v1/models")) else "POST"
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    body = b'{"method": "no_such_method"}' if method == "POST" else None  # refused before it could act
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=body, method=method, headers=headers),
+                                    timeout=10) as reply:
+            return reply.status
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
+def test_a_rollout_server_answers_only_with_the_runs_server_key(probed) -> None:
+    for route in ("/v1/models", "/pause?mode=abort", "/collective_rpc"):
+        assert probed[f"{route} none"] == 401 and probed[f"{route} client"] == 401, probed
+    assert probed["/v1/models server"] == 200, probed
+    assert probed["/health none"] == 200, probed  # liveness probes need no secret
 
 
 def test_run_completes_its_steps_on_slurm(finished) -> None:

@@ -16,8 +16,22 @@ def test_created_private_with_a_secret_token(tmp_path: Path) -> None:
     assert len(run.token()) >= 32
     other = RunDir.create(tmp_path / "root", "r2")
     assert other.token() != run.token()
+    secrets = [run.token(), run.admin_token(), run.server_key()]
+    assert len(set(secrets)) == 3 and all(len(s) >= 32 for s in secrets)
+    for secret in (run.admin_token_file, run.server_key_file):
+        assert stat.S_IMODE(secret.stat().st_mode) == 0o600
     for sub in (run.trajectories_dir, run.checkpoints_dir, run.logs_dir, run.submit_dir):
         assert sub.is_dir()
+
+
+def test_a_run_from_before_the_admin_token_gets_its_secrets_on_first_use(tmp_path: Path) -> None:
+    run = RunDir.create(tmp_path, "old")
+    run.admin_token_file.unlink()
+    run.server_key_file.unlink()
+    admin, key = run.admin_token(), run.server_key()
+    assert len(admin) >= 32 and admin != run.token() and admin != key
+    assert run.admin_token() == admin and run.server_key() == key  # made once, then read back
+    assert stat.S_IMODE(run.admin_token_file.stat().st_mode) == 0o600
 
 
 def test_never_reuses_an_existing_run(tmp_path: Path) -> None:
