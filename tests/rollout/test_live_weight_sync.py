@@ -54,7 +54,7 @@ def test_started_server_decodes_like_transformers(live_server: LiveServer) -> No
 
 
 def test_live_sync_serves_the_new_weights_without_a_restart(live_server: LiveServer, v1_dir: Path) -> None:
-    server, sync = live_server, HttpWeightSync(server_key=server.key)
+    server, sync = live_server, HttpWeightSync(server_key=live_server.key)
     started_at = process_start_time(server)
     v0_tokens = server.greedy()
 
@@ -94,7 +94,7 @@ def test_after_a_training_step_the_live_server_decodes_like_the_saved_weights(
     assert trained.returncode == 0, trained.stderr
     saved = run.weights_dir(1)
 
-    server, sync = live_server, HttpWeightSync(server_key=server.key)
+    server, sync = live_server, HttpWeightSync(server_key=live_server.key)
     before = server.greedy()
     sync.sync(server.url, saved, 1)
     try:
@@ -115,7 +115,7 @@ def test_a_folder_that_is_no_checkpoint_never_reaches_the_server(live_server: Li
 def test_a_failed_reload_still_resumes_and_a_good_one_repairs(live_server: LiveServer) -> None:
     # A checkpoint whose weights file is corrupt passes the folder check and fails inside vLLM,
     # after the engine has dropped its old parameters.
-    server, sync = live_server, HttpWeightSync(server_key=server.key)
+    server, sync = live_server, HttpWeightSync(server_key=live_server.key)
     good_version = int(get(f"{server.url}/weight_info", timeout_s=5, key=server.key)["weight_version"])
     good_tokens = server.greedy()
     corrupt = server.run.weights_dir(99)
