@@ -4,7 +4,8 @@ to answer badly, plus the real gateway in front of it, for the gateway's fault t
 Each request takes the next mode from ``script`` (``default`` once it is empty):
 ``ok``, ``500``, ``not_json`` (a 200 that is no JSON), ``no_index`` (a choice without
 ``index``), ``bad_json_event`` / ``bad_utf8_event`` (a stream's first event), ``error_mid``
-(one good chunk, then vLLM's mid-stream error event).
+(one good chunk, then vLLM's mid-stream error event); on ``/v1/responses``, ``not_json`` (a
+reply whose ``output`` is no list) and ``garbage_mid`` (one event, then one that is no JSON).
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ class FakeVllm:
             return web.Response(status=500, text="Internal Server Error")
         if mode == "not_json":
             return web.Response(status=200, text="<html>oops</html>", content_type="text/html")
+        if request.path == "/v1/responses":
+            return await _responses(request, body, mode)
         if not body.get("stream"):
             return web.json_response(_chat_reply(mode))
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -87,6 +90,28 @@ class FakeVllm:
             await response.write(_chat_chunk("h", 5, None, first=True) + _chat_chunk("i", 6, "stop") + _DONE)
         await response.write_eof()
         return response
+
+
+_RESPONSE = {"id": "resp_1", "object": "response", "status": "completed", "error": None,
+             "output": [{"type": "message", "content": [{"type": "output_text", "text": "hi", "logprobs": []}]}],
+             "input_messages": [{"tokens": PROMPT_IDS}], "output_messages": [{"tokens": [5, 6]}]}
+
+
+async def _responses(request: web.Request, body: dict[str, Any], mode: str) -> web.StreamResponse:
+    """vLLM's Responses API: the reply, or its stream (``garbage_mid``: one event, then no JSON)."""
+    if not body.get("stream"):
+        return web.json_response({**_RESPONSE, "output": 5} if mode == "not_json" else _RESPONSE)
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    created = {"type": "response.created", "response": {**_RESPONSE, "status": "in_progress"}}
+    await response.write(b"event: response.created\ndata: " + json.dumps(created).encode() + b"\n\n")
+    if mode == "garbage_mid":
+        await response.write(b"event: response.output_text.delta\ndata: {not json\n\n")
+    else:
+        completed = {"type": "response.completed", "response": _RESPONSE}
+        await response.write(b"event: response.completed\ndata: " + json.dumps(completed).encode() + b"\n\n")
+    await response.write_eof()
+    return response
 
 
 class ListSink:

@@ -132,3 +132,24 @@ def test_an_anthropic_stream_failing_mid_way_ends_with_an_error_event():
 
 def test_record_reasons_keep_their_file_format_values():
     assert (CLIENT_CLOSED, UPSTREAM_ERROR) == ("client_closed", "upstream_error")  # file-format values
+
+
+def test_a_garbage_responses_reply_moves_the_call():
+    a, b = FakeVllm(script=["not_json"]), FakeVllm()
+
+    async def scenario():
+        async with running(a, b) as h:
+            status, _ = await h.post("/v1/responses", {"model": "tiny", "input": "hi"})
+            return status, states(h.gateway), h.sink.records
+    status, servers, [record] = asyncio.run(scenario())
+    assert (status, servers, record.completion_token_ids) == (200, {"s0": "down", "s1": "active"}, (5, 6))
+
+
+def test_a_responses_stream_failing_after_events_ends_with_an_error_event():
+    async def scenario():
+        async with running(FakeVllm(default="garbage_mid")) as h:
+            return await h.post("/v1/responses", {"model": "tiny", "input": "hi", "stream": True})
+    status, text = asyncio.run(scenario())
+    events = sse_data(text)
+    assert status == 200 and events[0]["type"] == "response.created"
+    assert events[-1]["error"]["code"] == "bad_gateway"
