@@ -153,9 +153,14 @@ def _number(value: Any) -> bool:
 
 
 def _logprobs_readable(logprobs: dict[str, Any]) -> bool:
+    """Chat's ``content`` entries, or completions' parallel lists (read by continuations)."""
     content, token_logprobs = logprobs.get("content") or [], logprobs.get("token_logprobs") or []
+    tokens, tops = logprobs.get("tokens") or [], logprobs.get("top_logprobs") or []
     return (isinstance(content, list) and all(isinstance(e, dict) and _number(e.get("logprob")) for e in content)
-            and isinstance(token_logprobs, list) and all(_number(x) or x is None for x in token_logprobs))
+            and isinstance(token_logprobs, list) and all(_number(x) or x is None for x in token_logprobs)
+            and isinstance(tokens, list) and all(isinstance(t, str) for t in tokens)
+            and isinstance(tops, list) and all(top is None or isinstance(top, dict) and all(
+                isinstance(t, str) and _number(lp) for t, lp in top.items()) for top in tops))
 
 
 def _function_readable(call: dict[str, Any]) -> bool:
