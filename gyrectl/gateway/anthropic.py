@@ -50,8 +50,9 @@ def to_message(response: dict[str, Any]) -> dict[str, Any]:
     if message.get("content"):
         content.append({"type": "text", "text": message["content"]})
     for call in message.get("tool_calls") or ():
-        content.append({"type": "tool_use", "id": call["id"], "name": call["function"]["name"],
-                        "input": _arguments(call["function"]["arguments"])})
+        function = call.get("function") or {}
+        content.append({"type": "tool_use", "id": call.get("id"), "name": function.get("name"),
+                        "input": _arguments(function.get("arguments"))})
     usage = response.get("usage") or {}
     return {"id": _message_id(response), "type": "message", "role": "assistant",
             "model": response.get("model"), "content": content,
@@ -155,10 +156,10 @@ def _tool_choice(choice: dict[str, Any]) -> Any:
     return {"any": "required", "none": "none"}.get(kind, "auto")
 
 
-def _arguments(raw: str) -> Any:
+def _arguments(raw: str | None) -> Any:
     try:
         return json.loads(raw)
-    except (json.JSONDecodeError, TypeError):
+    except (ValueError, TypeError, RecursionError):
         return {}  # the model wrote invalid JSON; Anthropic's input is always an object
 
 

@@ -27,17 +27,18 @@ from gyrectl.gateway import anthropic, chat, completions, relay
 from gyrectl.gateway.auth import Caller, identify, is_admin, presented_key
 from gyrectl.gateway.capture import CallContext
 from gyrectl.gateway.engine import EngineDeps, Generation
-from gyrectl.gateway.errors import GatewayError, forbidden, unauthorized, unavailable
+from gyrectl.gateway.errors import GatewayError, bad_request, forbidden, unauthorized, unavailable
 from gyrectl.gateway.pool import ServerPool
 from gyrectl.gateway.settings import GatewaySettings
 from gyrectl.gateway.sink import CallSink
 from gyrectl.gateway.sse import DONE, encode
 from gyrectl.gateway.upstream import Upstream, UpstreamRejected
-from gyrectl.gateway.validate import check_request, parse_body
+from gyrectl.gateway.validate import check_request, drain_grace, parse_body, server_entry, weight_version
 
 _APIS = {"/v1/chat/completions": "chat", "/v1/completions": "completions",
          "/v1/responses": "responses", "/v1/messages": "messages"}
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+_KEY_HEADERS = ("Authorization", "x-api-key")
 
 
 class Gateway:
@@ -105,7 +106,7 @@ class Gateway:
         if not body.get("stream"):
             return web.json_response(await call.respond())
         chunks = (encode(chunk) async for chunk in call.stream())
-        return await _sse(request, chunks, done=True)
+        return await _sse(request, chunks, done=True, error_event=_openai_error_event)
 
     async def _messages(self, request: web.Request, ctx: CallContext, body: dict[str, Any]) -> web.StreamResponse:
         chat_body = anthropic.to_chat_request(body)
@@ -122,13 +123,13 @@ class Gateway:
                     yield encode(data, name)
             for name, data in translator.finish():
                 yield encode(data, name)
-        return await _sse(request, events(), done=False)
+        return await _sse(request, events(), done=False, error_event=_anthropic_error_event)
 
     async def _responses(self, request: web.Request, ctx: CallContext, body: dict[str, Any]) -> web.StreamResponse:
         if not body.get("stream"):
             return web.json_response(await relay.respond(self._deps, ctx, body))
         events = (encode(data, name) async for name, data in relay.stream(self._deps, ctx, body))
-        return await _sse(request, events, done=False)
+        return await _sse(request, events, done=False, error_event=_openai_error_event)
 
     # -- admin ---------------------------------------------------------------------------------
     async def _admin(self, request: web.Request) -> web.Response:
@@ -137,17 +138,18 @@ class Gateway:
         body = parse_body(await _read(request)) if request.body_exists else {}
         try:
             if request.method == "POST" and name is None:
-                self.pool.add(body["name"], body["url"], weight_version=body.get("weight_version"))
+                server, url, version = server_entry(body)
+                self.pool.add(server, url, weight_version=version)
             elif request.method == "POST" and action == "drain":
-                self.pool.drain(name, grace_s=body.get("grace_s"))
+                self.pool.drain(name, grace_s=drain_grace(body))
             elif request.method == "POST" and action == "weight_version":
-                self.pool.set_weight_version(name, body["version"])
+                self.pool.set_weight_version(name, weight_version(body))
             elif request.method == "DELETE" and action is None and name is not None:
                 self.pool.remove(name)
             elif request.method != "GET":
                 raise GatewayError(405, f"{request.method} {request.path} is not an admin action.")
-        except KeyError as exc:
-            raise GatewayError(404 if name else 400, f"{exc.args[0]}") from exc
+        except KeyError as exc:  # the pool's: no server of that name (bodies are checked above)
+            raise GatewayError(404, f"{exc.args[0]}", code="unknown_server") from exc
         return web.json_response({"servers": [
             {"name": s.name, "url": s.url, "state": s.state.value, "num_inflight": s.num_inflight,
              "weight_version": s.weight_version} for s in self.pool.views()]})
@@ -174,16 +176,25 @@ class Gateway:
                       handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
         anthropic_shape = request.path.endswith("/v1/messages")
         try:
+            _check_key_headers(request)
             return await handler(request)
         except GatewayError as err:
             body = err.anthropic_body() if anthropic_shape else err.openai_body()
             return web.json_response(body, status=err.status)
         except UpstreamRejected as rejected:
             if anthropic_shape:
-                message = _upstream_message(rejected.body)
-                return web.json_response(GatewayError(rejected.status, message).anthropic_body(),
-                                         status=rejected.status)
+                return web.json_response(_rejection(rejected).anthropic_body(), status=rejected.status)
             return web.Response(body=rejected.body, status=rejected.status, content_type="application/json")
+
+
+def _check_key_headers(request: web.Request) -> None:
+    # aiohttp hands on bytes that are not UTF-8 as lone surrogates, which no key comparison can
+    # read; such a header is the client's mistake, not the gateway's.
+    for name in _KEY_HEADERS:
+        try:
+            request.headers.get(name, "").encode()
+        except UnicodeEncodeError as exc:
+            raise bad_request(f"The {name} header is not UTF-8 text.", param=name) from exc
 
 
 async def _read(request: web.Request) -> bytes:
@@ -194,9 +205,11 @@ async def _read(request: web.Request) -> bytes:
                            code="request_too_large") from exc
 
 
-async def _sse(request: web.Request, events: AsyncIterator[bytes], *, done: bool) -> web.StreamResponse:
+async def _sse(request: web.Request, events: AsyncIterator[bytes], *, done: bool,
+               error_event: Callable[[GatewayError], bytes]) -> web.StreamResponse:
     """Streams ``events``; errors before the first event become ordinary HTTP errors, later
-    ones an error event (what OpenAI streams send), since the status line is already out."""
+    ones an ``error_event`` (what OpenAI and Anthropic streams send), since the status line is
+    already out; the stream then ends as usual."""
     response: web.StreamResponse | None = None
     async with contextlib.aclosing(events):
         try:
@@ -208,11 +221,11 @@ async def _sse(request: web.Request, events: AsyncIterator[bytes], *, done: bool
         except GatewayError as err:
             if response is None:
                 raise
-            await response.write(encode(err.openai_body()))
+            await response.write(error_event(err))
         except UpstreamRejected as rejected:
             if response is None:
                 raise
-            await response.write(encode(json.loads(rejected.body)))
+            await response.write(error_event(_rejection(rejected)))
     if response is None:  # a stream with no events at all
         response = web.StreamResponse(headers=_SSE_HEADERS)
         await response.prepare(request)
@@ -222,8 +235,20 @@ async def _sse(request: web.Request, events: AsyncIterator[bytes], *, done: bool
     return response
 
 
+def _openai_error_event(err: GatewayError) -> bytes:
+    return encode(err.openai_body())
+
+
+def _anthropic_error_event(err: GatewayError) -> bytes:
+    return encode(err.anthropic_body(), "error")
+
+
+def _rejection(rejected: UpstreamRejected) -> GatewayError:
+    return GatewayError(rejected.status, _upstream_message(rejected.body))
+
+
 def _upstream_message(body: bytes) -> str:
     try:
-        return json.loads(body)["error"]["message"]
-    except (ValueError, KeyError, TypeError):
+        return str(json.loads(body)["error"]["message"])
+    except (ValueError, KeyError, TypeError, RecursionError):
         return body.decode(errors="replace")

@@ -18,6 +18,12 @@ from gyrectl.gateway.pool import Lease
 # coordinator's /pause?mode=abort): the gateway continues such a choice elsewhere, so "abort"
 # never counts as an end.
 ABORTED = "abort"
+# A record's finish_reason when its choice never finished (values are a file-format contract:
+# add, never rename): the client stopped reading, or the call failed at the servers and the
+# client got an error.
+CLIENT_CLOSED = "client_closed"
+UPSTREAM_ERROR = "upstream_error"
+_MAX_TOOL_CALLS = 1024
 
 
 @dataclass(frozen=True)
@@ -67,9 +73,9 @@ def capture_for(captures: dict[int, ChoiceCapture], index: int, lease: Lease) ->
     return captures[index]
 
 
-def records(ctx: CallContext, captures: dict[int, ChoiceCapture], *,
+def records(ctx: CallContext, captures: dict[int, ChoiceCapture], *, unfinished: str = CLIENT_CLOSED,
             extra: dict[str, Any] | None = None) -> list[CallRecord]:
-    """One record per choice; a choice the client stopped reading ends ``client_closed``."""
+    """One record per choice; a choice that never finished ends ``unfinished``."""
     ended = time.time()
     out = []
     for index in sorted(captures):
@@ -82,7 +88,7 @@ def records(ctx: CallContext, captures: dict[int, ChoiceCapture], *,
             weight_version=segments[0]["weight_version"] if segments else None,
             call_id=ctx.call_id if len(captures) == 1 else f"{ctx.call_id}/{index}",
             role=ctx.role, server=segments[-1]["server"] if segments else "", api=ctx.api,
-            finish_reason=cap.finish_reason or "client_closed", sample_index=index,
+            finish_reason=cap.finish_reason or unfinished, sample_index=index,
             started_at=ctx.started_at, ended_at=ended, tool_calls=tuple(cap.tool_calls),
             segments=segments, extra=dict(extra or {}),
         ))
@@ -107,3 +113,58 @@ def usage_block(prompt_tokens: int, captures: dict[int, ChoiceCapture]) -> dict[
     completion = sum(len(c.token_ids) for c in captures.values())
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion,
             "total_tokens": prompt_tokens + completion}
+
+
+def reply_problem(reply: dict[str, Any], *, whole: bool) -> str | None:
+    """What makes a chat or completions reply (``whole``) or stream chunk unreadable to the
+    absorbing code, or ``None``: a server answering this is broken, not the client."""
+    choices = reply.get("choices", [])
+    if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+        return "'choices' is not a list of objects"
+    if whole and not choices:
+        return "a reply without choices"
+    if not _ids_or_none(reply.get("prompt_token_ids")):
+        return "'prompt_token_ids' is not a list of token ids"
+    for choice in choices:
+        index = choice.get("index")
+        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+            return f"a choice's 'index' is {index!r}"
+        if not (_ids_or_none(choice.get("token_ids")) and _ids_or_none(choice.get("prompt_token_ids"))):
+            return "a choice's token ids are not a list of token ids"
+        if not isinstance(choice.get("finish_reason"), str | None):
+            return "a choice's 'finish_reason' is not a string"
+        if not all(isinstance(choice.get(key), dict | None) for key in ("logprobs", "message", "delta")):
+            return "a choice's 'logprobs', 'message' or 'delta' is not an object"
+        if not _logprobs_readable(choice.get("logprobs") or {}):
+            return "a choice's logprobs are not numbers"
+        said = choice.get("message") or choice.get("delta") or {}
+        calls = said.get("tool_calls") or []
+        if not isinstance(calls, list) or not all(isinstance(c, dict) and _function_readable(c) for c in calls):
+            return "a choice's 'tool_calls' are not tool calls"
+    return None
+
+
+def _ids_or_none(ids: Any) -> bool:
+    return ids is None or isinstance(ids, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in ids)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _logprobs_readable(logprobs: dict[str, Any]) -> bool:
+    """Chat's ``content`` entries, or completions' parallel lists (read by continuations)."""
+    content, token_logprobs = logprobs.get("content") or [], logprobs.get("token_logprobs") or []
+    tokens, tops = logprobs.get("tokens") or [], logprobs.get("top_logprobs") or []
+    return (isinstance(content, list) and all(isinstance(e, dict) and _number(e.get("logprob")) for e in content)
+            and isinstance(token_logprobs, list) and all(_number(x) or x is None for x in token_logprobs)
+            and isinstance(tokens, list) and all(isinstance(t, str) for t in tokens)
+            and isinstance(tops, list) and all(top is None or isinstance(top, dict) and all(
+                isinstance(t, str) and _number(lp) for t, lp in top.items()) for top in tops))
+
+
+def _function_readable(call: dict[str, Any]) -> bool:
+    function, index = call.get("function") or {}, call.get("index", 0)
+    # A streamed tool call's index places it in a list: a huge one would allocate that list.
+    return (isinstance(function, dict) and all(isinstance(function.get(k), str | None) for k in ("name", "arguments"))
+            and isinstance(index, int) and 0 <= index < _MAX_TOOL_CALLS)

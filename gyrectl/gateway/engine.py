@@ -9,7 +9,8 @@
                                        v
                           finished: one CallRecord per choice to the sink
 
-The client never sees a lost server; it sees an error only if every attempt fails.
+The client never sees a lost server; it sees an error only if every attempt fails (``retry``
+says which servers an attempt may use and what a failure means for the server).
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ from typing import Any
 
 from gyrectl.gateway import capture as cap
 from gyrectl.gateway.continuation import continuation_body, remaining_tokens
-from gyrectl.gateway.errors import UpstreamLost, unavailable
+from gyrectl.gateway.errors import GatewayError, Loss, UpstreamLost
 from gyrectl.gateway.pool import Lease, ServerPool
+from gyrectl.gateway.retry import Attempts, gave_up
 from gyrectl.gateway.sink import CallSink
-from gyrectl.gateway.upstream import Upstream
+from gyrectl.gateway.upstream import Upstream, UpstreamRejected
 
 CONTINUATION_PATH = "/v1/completions"
 
@@ -35,8 +37,8 @@ class EngineDeps:
     pool: ServerPool
     upstream: Upstream
     sink: CallSink
-    max_attempts: int = 6
-    """Servers one call may try before the client gets a 503."""
+    max_attempts: int
+    """Servers one call may try (``GatewaySettings.max_attempts``)."""
 
 
 class Generation:
@@ -46,38 +48,39 @@ class Generation:
         self.deps, self.ctx, self.api, self.request = deps, ctx, api, body
         self.upstream_body, self.asked = api.upstream_request(body)
         self.captures: dict[int, cap.ChoiceCapture] = {}
-        self._failed: set[str] = set()
+        self._attempts = Attempts(deps.pool, ctx.execution)
 
     async def respond(self) -> dict[str, Any]:
         """Non-streaming: nothing reaches the client before the end, so a lost server just
         means sending the whole call again elsewhere."""
         for _ in range(self.deps.max_attempts):
-            lease = await self._acquire()
+            lease = await self._attempts.acquire()
             try:
                 request_id = uuid.uuid4().hex
-                response = await self.deps.upstream.post_json(
+                response = _readable(lease, await self.deps.upstream.post_json(
                     lease, self.api.PATH, self.upstream_body, request_id=request_id,
-                    abort_ids=self._abort_ids(request_id))
+                    abort_ids=self._abort_ids(request_id)), whole=True)
                 captures: dict[int, cap.ChoiceCapture] = {}
                 self.api.absorb_response(response, captures, lease)
                 if any(not c.finished for c in captures.values()):
-                    raise UpstreamLost(f"{lease.server}: call aborted", dead=False)
+                    raise UpstreamLost(f"{lease.server}: call aborted", Loss.ENDED)
                 self.captures = captures
                 self._record()
                 return self.api.strip_response(response, self.asked)
             except UpstreamLost as lost:
-                self._lost(lease, lost)
+                self._attempts.lost(lease, lost)
             finally:
                 self.deps.pool.release(lease)
-        raise unavailable("Every rollout server tried for this call failed; try again.")
+        raise gave_up(self._attempts.last)
 
     async def stream(self) -> AsyncIterator[dict[str, Any]]:
         """Streaming: yields the client's chunks (without ``[DONE]``); records at the end, also
-        when the client goes away early."""
+        when the client goes away early or the call fails (with an error event for the client)."""
         header: dict[str, Any] | None = None
+        unfinished = cap.CLIENT_CLOSED
         try:
             for _ in range(self.deps.max_attempts):
-                lease = await self._acquire()
+                lease = await self._attempts.acquire()
                 try:
                     if header is None:
                         async for chunk in self._first_attempt(lease):
@@ -88,27 +91,30 @@ class Generation:
                             yield chunk
                     if all(c.finished for c in self.captures.values()) and self.captures:
                         break
-                    raise UpstreamLost(f"{lease.server}: stream ended early", dead=False)
+                    raise UpstreamLost(f"{lease.server}: stream ended early", Loss.ENDED)
                 except UpstreamLost as lost:
-                    self._lost(lease, lost)
+                    self._attempts.lost(lease, lost)
                 finally:
                     self.deps.pool.release(lease)
             else:
-                raise unavailable("Every rollout server tried for this call failed; try again.")
+                raise gave_up(self._attempts.last)
             if self.asked.include_usage and header is not None:
                 yield self.api.usage_chunk(header, self.captures)
+        except (GatewayError, UpstreamRejected):
+            unfinished = cap.UPSTREAM_ERROR
+            raise
         finally:
             if self.captures:
-                self._record()
+                self._record(unfinished)
 
     async def _first_attempt(self, lease: Lease) -> AsyncIterator[dict[str, Any]]:
         request_id = uuid.uuid4().hex
         sent = False
         try:
-            async for event in self.deps.upstream.stream(
+            async for _, chunk in self.deps.upstream.stream(
                     lease, self.api.PATH, self.upstream_body, request_id=request_id,
                     abort_ids=self._abort_ids(request_id)):
-                chunk = event.json()
+                _readable(lease, chunk, whole=False)
                 if chunk.get("usage") and not chunk.get("choices"):
                     continue  # the gateway sends its own usage chunk, right for resumed calls too
                 self.api.absorb_chunk(chunk, self.captures, lease)
@@ -133,10 +139,10 @@ class Generation:
             body = continuation_body(self.request, prompt_ids=choice.prompt_ids,
                                      delivered=choice.token_ids, top_logprobs=self.asked.top_logprobs)
             request_id = uuid.uuid4().hex
-            async for event in self.deps.upstream.stream(
+            async for _, data in self.deps.upstream.stream(
                     lease, CONTINUATION_PATH, body, request_id=request_id,
                     abort_ids=[f"cmpl-{request_id}-0", f"cmpl-{request_id}"]):
-                for piece in event.json().get("choices", ()):
+                for piece in _readable(lease, data, whole=False).get("choices", ()):
                     choice.add_tokens(piece.get("token_ids"),
                                       (piece.get("logprobs") or {}).get("token_logprobs"))
                     choice.finish(piece.get("finish_reason"))
@@ -145,24 +151,21 @@ class Generation:
                     if piece.get("text") or piece.get("finish_reason"):
                         yield self.api.continuation_chunk(header, choice.index, piece, self.asked)
 
-    async def _acquire(self) -> Lease:
-        return await self.deps.pool.acquire(self.ctx.execution, exclude=self._failed)
-
-    def _lost(self, lease: Lease, lost: UpstreamLost) -> None:
-        if lost.dead or lease.cancelled:
-            self._failed.add(lease.server)
-        if lost.dead:
-            self.deps.pool.report_failure(lease)
-
     def _abort_ids(self, request_id: str) -> list[str]:
         prefixed = self.api.ABORT_PREFIX + request_id
         # Completions name each prompt's sub-request "<id>-<i>"; chat has just the one.
         return [prefixed] + [f"{prefixed}-{i}" for i in range(_num_prompts(self.request))]
 
-    def _record(self) -> None:
-        for record in cap.records(self.ctx, self.captures):
+    def _record(self, unfinished: str = cap.CLIENT_CLOSED) -> None:
+        for record in cap.records(self.ctx, self.captures, unfinished=unfinished):
             self.deps.sink.record(record)
         self.captures = {}
+
+
+def _readable(lease: Lease, reply: dict[str, Any], *, whole: bool) -> dict[str, Any]:
+    if (problem := cap.reply_problem(reply, whole=whole)) is not None:
+        raise UpstreamLost(f"{lease.server}: {problem}", Loss.GARBAGE)
+    return reply
 
 
 def _num_prompts(request: dict[str, Any]) -> int:

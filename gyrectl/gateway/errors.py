@@ -8,10 +8,11 @@ gets the status an OpenAI server would give, with an OpenAI-style ``{"error": {.
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 _ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                    404: "not_found_error", 413: "request_too_large", 503: "overloaded_error"}
+                    404: "not_found_error", 413: "request_too_large", 502: "api_error", 503: "overloaded_error"}
 
 
 class GatewayError(Exception):
@@ -57,13 +58,27 @@ def unavailable(message: str) -> GatewayError:
     return GatewayError(503, message, type="server_error", code="service_unavailable")
 
 
+def bad_gateway(message: str) -> GatewayError:
+    return GatewayError(502, message, type="server_error", code="bad_gateway")
+
+
+class Loss(enum.Enum):
+    """How a call lost its server; ``retry.after_loss`` says what each means."""
+    GONE = "gone"
+    """Refused, reset, timed out, or cut between two events: the server is lost."""
+    GARBAGE = "garbage"
+    """It answered, but not a reply (no JSON, invalid UTF-8, a reply missing its fields)."""
+    ERROR = "error"
+    """It answered 5xx, or an error event in a stream."""
+    ENDED = "ended"
+    """The call was ended on purpose: our cancel (drain grace over, removal) or the server's
+    own abort (a coordinator's ``/pause?mode=abort``); the server itself is fine."""
+
+
 class UpstreamLost(Exception):
-    """The server answering a call went away (drained past its grace, removed, reset, timed
-    out): the call is re-sent elsewhere, so this never reaches the client.
+    """The server answering a call failed it or went away: the call is re-sent elsewhere, so
+    this reaches the client only as the error of a call no server could finish."""
 
-    ``dead`` is false when the server is fine but ended the call itself (a coordinator's
-    ``/pause?mode=abort``): the call may go back to the same server."""
-
-    def __init__(self, message: str, *, dead: bool = True):
+    def __init__(self, message: str, loss: Loss = Loss.GONE):
         super().__init__(message)
-        self.dead = dead
+        self.loss = loss

@@ -94,6 +94,9 @@ class ServerPool:
         """Records the policy version ``name`` serves from now on (after a weight reload)."""
         self._require(name).weight_version = version
 
+    def has_active(self) -> bool:
+        return any(s.state is ServerState.ACTIVE for s in self._servers.values())
+
     def views(self) -> list[ServerView]:
         return [ServerView(name, s.url, s.state, len(s.leases), s.weight_version)
                 for name, s in self._servers.items()]
@@ -132,7 +135,7 @@ class ServerPool:
             self._apply(lease.server, ServerEvent.CALL_ENDED)
 
     def report_failure(self, lease: Lease) -> None:
-        """The call on ``lease`` found its server dead (reset, refused, timed out)."""
+        """The call on ``lease`` found its server dead (reset, refused, timed out, garbage)."""
         if lease.server in self._servers and not lease.cancelled:
             self._apply(lease.server, ServerEvent.FAILED)
 

@@ -10,52 +10,57 @@ from typing import Any
 from gyrectl.gateway import responses
 from gyrectl.gateway.capture import CallContext
 from gyrectl.gateway.engine import EngineDeps
-from gyrectl.gateway.errors import UpstreamLost, unavailable
+from gyrectl.gateway.errors import Loss, UpstreamLost, bad_gateway
+from gyrectl.gateway.pool import Lease
+from gyrectl.gateway.retry import Attempts, gave_up
 
 
 async def respond(deps: EngineDeps, ctx: CallContext, body: dict[str, Any]) -> dict[str, Any]:
     upstream_body, asked = responses.upstream_request(body)
-    failed: set[str] = set()
+    attempts = Attempts(deps.pool, ctx.execution)
     for _ in range(deps.max_attempts):
-        lease = await deps.pool.acquire(ctx.execution, exclude=failed)
+        lease = await attempts.acquire()
         try:
             request_id = uuid.uuid4().hex
-            reply = await deps.upstream.post_json(lease, responses.PATH, upstream_body,
-                                                  request_id=request_id, abort_ids=[f"resp_{request_id}"])
+            reply = _readable(lease, await deps.upstream.post_json(
+                lease, responses.PATH, upstream_body, request_id=request_id, abort_ids=[f"resp_{request_id}"]))
             deps.sink.record(responses.record_of(ctx, reply, lease))
             return responses.strip_response(reply, asked)
-        except UpstreamLost:
-            failed.add(lease.server)
-            deps.pool.report_failure(lease)
+        except UpstreamLost as lost:
+            attempts.lost(lease, lost)
         finally:
             deps.pool.release(lease)
-    raise unavailable("Every rollout server tried for this call failed; try again.")
+    raise gave_up(attempts.last)
 
 
 async def stream(deps: EngineDeps, ctx: CallContext,
                  body: dict[str, Any]) -> AsyncIterator[tuple[str | None, dict[str, Any]]]:
     """The client's events as ``(event name, data)``."""
     upstream_body, asked = responses.upstream_request(body)
-    failed: set[str] = set()
+    attempts = Attempts(deps.pool, ctx.execution)
     for _ in range(deps.max_attempts):
-        lease = await deps.pool.acquire(ctx.execution, exclude=failed)
+        lease = await attempts.acquire()
         try:
             request_id = uuid.uuid4().hex
-            async for event in deps.upstream.stream(
+            async for name, data in deps.upstream.stream(
                     lease, responses.PATH, upstream_body, request_id=request_id,
                     abort_ids=[f"resp_{request_id}"], ends_with_done=False):
-                data = event.json()
                 if data.get("type") == "response.completed":
-                    deps.sink.record(responses.record_of(ctx, data["response"], lease))
+                    deps.sink.record(responses.record_of(ctx, _readable(lease, data.get("response")), lease))
                 lease.movable = False  # the client has seen events: this call stays put
-                yield event.event, responses.strip_event(data, asked)
+                yield name, responses.strip_event(data, asked)
             return
-        except UpstreamLost:
+        except UpstreamLost as lost:
             if not lease.movable:
-                raise
-            failed.add(lease.server)
-            deps.pool.report_failure(lease)
+                # Events already reached the client and cannot be re-made elsewhere.
+                raise bad_gateway(f"The rollout server failed mid-stream: {lost}") from lost
+            attempts.lost(lease, lost)
         finally:
             deps.pool.release(lease)
-    raise unavailable("Every rollout server tried for this call failed; try again.")
+    raise gave_up(attempts.last)
 
+
+def _readable(lease: Lease, reply: Any) -> dict[str, Any]:
+    if (problem := responses.reply_problem(reply)) is not None:
+        raise UpstreamLost(f"{lease.server}: {problem}", Loss.GARBAGE)
+    return reply

@@ -49,6 +49,31 @@ def record_of(ctx: CallContext, response: dict[str, Any], lease: Lease) -> CallR
     return records(ctx, {0: capture})[0]
 
 
+def reply_problem(response: Any) -> str | None:
+    """What makes a Responses reply unreadable to :func:`record_of`, or ``None``."""
+    if not isinstance(response, dict):
+        return "the response is not an object"
+    for key in ("input_messages", "output_messages", "output"):
+        if not _objects(response.get(key) or []):
+            return f"{key!r} is not a list of objects"
+    for message in (response.get("input_messages") or []) + (response.get("output_messages") or []):
+        tokens = message.get("tokens") or []
+        if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+            return "a message's 'tokens' are not token ids"
+    for item in response.get("output") or ():
+        if not _objects(item.get("content") or []):
+            return "an output item's 'content' is not a list of objects"
+        for part in item.get("content") or ():
+            entries = part.get("logprobs") or []
+            if not _objects(entries) or not all(isinstance(e.get("logprob"), int | float) for e in entries):
+                return "an output part's 'logprobs' are not numbers"
+    return None
+
+
+def _objects(items: Any) -> bool:
+    return isinstance(items, list) and all(isinstance(item, dict) for item in items)
+
+
 def strip_response(response: dict[str, Any], asked: Asked) -> dict[str, Any]:
     out = dict(response)
     if not asked.messages:

@@ -43,7 +43,7 @@ class GatewaySettings:
     read_timeout_s: float = 120.0
     """Silence from a server, mid-call, after which it counts as dead and the call moves."""
     max_attempts: int = 6
-    """Servers one call may try before the client gets 503."""
+    """Attempts one call may make (on any servers) before the client gets 502 or 503 (see ``retry``)."""
 
     def __post_init__(self) -> None:
         if len(self.token) < MIN_TOKEN_CHARS:

@@ -18,9 +18,6 @@ class SseEvent:
     data: str
     event: str | None = None
 
-    def json(self) -> Any:
-        return json.loads(self.data)
-
 
 class SseParser:
     """Feed it bytes as they arrive; it returns the events completed so far."""

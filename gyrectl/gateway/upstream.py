@@ -1,5 +1,6 @@
-"""HTTP to the rollout servers (aiohttp client), with every way a server can vanish mapped to
-:class:`UpstreamLost` so the call engine can move the call.
+"""HTTP to the rollout servers (aiohttp client), with every way a server can fail a call --
+vanish, answer 5xx, answer something that is no reply -- mapped to :class:`UpstreamLost` (with
+its :class:`Loss`) so the call engine can move the call.
 
 A cancelled lease (drain grace over, server removed) closes the call's connection at once and
 asks the server to abort the request, so the server stops spending compute on it.
@@ -15,9 +16,9 @@ from typing import Any
 
 import aiohttp
 
-from gyrectl.gateway.errors import UpstreamLost
+from gyrectl.gateway.errors import Loss, UpstreamLost
 from gyrectl.gateway.pool import Lease
-from gyrectl.gateway.sse import DONE, SseEvent, SseParser
+from gyrectl.gateway.sse import DONE, SseParser
 
 
 class UpstreamRejected(Exception):
@@ -54,20 +55,25 @@ class Upstream:
                 raw = await response.read()
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
                 raise UpstreamLost(f"{lease.server}: {exc!r}") from exc
-        return json.loads(raw)
+        return _reply(lease, raw)
 
     async def stream(self, lease: Lease, path: str, body: dict[str, Any], *, request_id: str,
-                     abort_ids: list[str], ends_with_done: bool = True) -> AsyncIterator[SseEvent]:
-        """The server's SSE events up to (not including) ``[DONE]``; for streams without a
-        ``[DONE]`` (Responses), up to the end of the body."""
+                     abort_ids: list[str], ends_with_done: bool = True
+                     ) -> AsyncIterator[tuple[str | None, dict[str, Any]]]:
+        """The server's SSE events as ``(event name, data)`` up to (not including) ``[DONE]``;
+        for streams without a ``[DONE]`` (Responses), up to the end of the body."""
         async with self._open(lease, path, body, request_id=request_id, abort_ids=abort_ids) as response:
             parser = SseParser()
             try:
                 async for data in response.content.iter_any():
-                    for event in parser.feed(data):
+                    try:
+                        events = parser.feed(data)
+                    except UnicodeDecodeError as exc:
+                        raise UpstreamLost(f"{lease.server}: stream is not UTF-8: {exc}", Loss.GARBAGE) from exc
+                    for event in events:
                         if event.data == DONE:
                             return
-                        yield event
+                        yield event.event, _reply(lease, event.data)
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
                 raise UpstreamLost(f"{lease.server}: {exc!r}") from exc
         if ends_with_done or lease.cancelled:
@@ -88,7 +94,7 @@ class Upstream:
         lease.on_cancel(lambda: self._cancel(lease, response, abort_ids))
         try:
             if response.status >= 500:
-                raise UpstreamLost(f"{lease.server}: HTTP {response.status}")
+                raise UpstreamLost(f"{lease.server}: HTTP {response.status}", Loss.ERROR)
             if response.status >= 400:
                 raise UpstreamRejected(response.status, await response.read())
             yield response
@@ -107,3 +113,17 @@ class Upstream:
             async with self._session.post(url + "/abort_requests", json={"request_ids": abort_ids},
                                           timeout=aiohttp.ClientTimeout(total=5)):
                 pass
+
+
+def _reply(lease: Lease, raw: str | bytes) -> dict[str, Any]:
+    """A reply or stream event as a JSON object; an error the server sends in place of one
+    (vLLM does mid-stream) fails the call like a 5xx."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as exc:  # ValueError: bad JSON or bad UTF-8
+        raise UpstreamLost(f"{lease.server}: reply is not JSON: {exc}", Loss.GARBAGE) from exc
+    if not isinstance(data, dict):
+        raise UpstreamLost(f"{lease.server}: reply is not a JSON object", Loss.GARBAGE)
+    if data.get("error") or data.get("type") == "error" or data.get("object") == "error":
+        raise UpstreamLost(f"{lease.server}: error in reply: {str(data)[:200]}", Loss.ERROR)
+    return data

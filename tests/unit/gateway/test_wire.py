@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from gyrectl.gateway import anthropic, chat, completions, responses
 from gyrectl.gateway.auth import identify
-from gyrectl.gateway.capture import ChoiceCapture
+from gyrectl.gateway.capture import ChoiceCapture, reply_problem
 from gyrectl.gateway.continuation import continuation_body
 from gyrectl.gateway.errors import GatewayError
 from gyrectl.gateway.pool import Lease
@@ -24,7 +24,7 @@ def test_sse_reassembles_events_split_anywhere(payloads, cut):
     wire = b"".join(encode(p, "ev") for p in payloads).replace(b"\n", b"\r\n")
     parser = SseParser()
     events = [e for i in range(0, len(wire), cut) for e in parser.feed(wire[i:i + cut])]
-    assert [e.json() for e in events] == payloads and all(e.event == "ev" for e in events)
+    assert [json.loads(e.data) for e in events] == payloads and all(e.event == "ev" for e in events)
 
 
 def test_chat_asks_for_capture_and_hides_it():
@@ -145,3 +145,25 @@ def test_validation(raw, param, status):
     with pytest.raises(GatewayError) as caught:
         check_request("chat", parse_body(raw), ("m",))
     assert (caught.value.param, caught.value.status) == (param, status)
+
+
+@pytest.mark.parametrize("reply, whole", [
+    ({"choices": []}, True),
+    ({"choices": [{"token_ids": [1]}]}, False),
+    ({"choices": [{"index": "0"}]}, False),
+    ({"choices": [5]}, False),
+    ({"prompt_token_ids": ["a"], "choices": []}, False),
+    ({"choices": [{"index": 0, "token_ids": [True]}]}, False),
+    ({"choices": [{"index": 0, "logprobs": {"content": [{"logprob": "x"}]}}]}, False),
+    ({"choices": [{"index": 0, "logprobs": {"tokens": [5], "token_logprobs": [-1.0]}}]}, False),
+    ({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 10**9}]}}]}, False),
+    ({"choices": [{"index": 0, "message": {"tool_calls": [{"function": {"name": 5}}]}}]}, True),
+])
+def test_unreadable_upstream_replies_are_named(reply, whole):
+    assert reply_problem(reply, whole=whole) is not None
+
+
+def test_a_vllm_shaped_reply_is_readable():
+    chunk = {"choices": [{"index": 0, "text": "a", "token_ids": [3], "finish_reason": None,
+                          "logprobs": {"tokens": ["a"], "token_logprobs": [-0.1], "top_logprobs": [{"a": -0.1}]}}]}
+    assert reply_problem(chunk, whole=False) is None and reply_problem({"choices": [], "usage": {}}, whole=False) is None
