@@ -31,7 +31,7 @@ from gyrectl.config import load_config
 from gyrectl.coordinator.steps import step_factory
 from gyrectl.gateway.background import BackgroundGateway
 from gyrectl.gateway.settings import GatewaySettings
-from gyrectl.launch.rundir import RunDir
+from gyrectl.run.rundir import RunDir
 from gyrectl.rollout.health import step_alive, wait_healthy
 from gyrectl.rollout.server import served_model_name, server_url
 

@@ -1,6 +1,6 @@
 """Where recorded calls are read from: a run directory's capture store or a plain JSONL file.
 
-In a run directory (:class:`gyrectl.launch.rundir.RunDir` owns the layout) the calls are in
+In a run directory (:class:`gyrectl.run.rundir.RunDir` owns the layout) the calls are in
 ``trajectories/calls*.seg`` (capture store files) or ``trajectories/calls*.jsonl`` (the gateway's
 plain JSONL sink); ``trajectories/executions.jsonl`` holds, per execution, a line with its
 ``reward`` when it finished and one with its ``step`` when a training step consumed it.
@@ -21,7 +21,7 @@ from gyrectl.capture.record import CallRecord
 from gyrectl.capture.store import read_store
 from gyrectl.capture.stored import StoredCall, full_records, stored_calls
 from gyrectl.errors import UserError
-from gyrectl.launch.rundir import RunDir
+from gyrectl.run.rundir import RunDir
 from gyrectl.store.damage import Skipped
 from gyrectl.store.jsonl import scan_jsonl
 

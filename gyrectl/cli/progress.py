@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from gyrectl.cli.render import err, out
 from gyrectl.cli.status_cmd import render
 from gyrectl.errors import RuntimeFailure
-from gyrectl.launch.rundir import RunDir
+from gyrectl.run.rundir import RunDir
 from gyrectl.launch.status import RunView, run_view
 
 

@@ -23,7 +23,7 @@ from gyrectl.cluster.slurm import SlurmCluster, discover_allocation, node_addres
 from gyrectl.cluster.slurm_cli import failed_nodes, job_nodes, job_states, run_slurm, show_node, slurmd_port
 from gyrectl.config.schema import Config
 from gyrectl.errors import GyreError, RuntimeFailure
-from gyrectl.launch.rundir import RunDir
+from gyrectl.run.rundir import RunDir
 from gyrectl.launch.sbatch import cell_parameters
 
 POLL_S = 2.0

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 from gyrectl.cluster.base import StepSpec
 from gyrectl.config.schema import Config
-from gyrectl.launch.rundir import RunDir
+from gyrectl.run.rundir import RunDir
 from gyrectl.rollout.server import rollout_server, server_url
 
 
@@ -87,6 +86,6 @@ def step_factory(config: Config, run: RunDir | None = None) -> StepFactory:
     """Steps for the run in ``run`` (default: the directory the config names, which is all the
     simulator needs; a real coordinator passes its ``RunDir``): each cell's vLLM server, and the
     trainer entrypoint run by torchrun with an elastic node range."""
-    return StepFactory(config=config, run=run or RunDir(Path(config.run.output_root) / config.run.name),
+    return StepFactory(config=config, run=run or RunDir.of(config),
                        gpus_per_node=config.cluster.gpus_per_node, cpus_per_node=config.cluster.cpus_per_node,
                        server_key=run.server_key() if run is not None else "")

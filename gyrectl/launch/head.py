@@ -29,7 +29,7 @@ from gyrectl.config.schema import Config
 from gyrectl.errors import GyreError
 from gyrectl.launch.deadline import Deadline
 from gyrectl.launch.loop import run_loop, runnable
-from gyrectl.launch.rundir import RunDir
+from gyrectl.run.rundir import RunDir
 from gyrectl.store.jsonl import JsonlAppender
 
 IDLE = "idle"

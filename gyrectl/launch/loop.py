@@ -29,7 +29,7 @@ from gyrectl.coordinator.state import CoordinatorState, Phase, initial_state, li
 from gyrectl.coordinator.steps import step_factory
 from gyrectl.gateway.background import BackgroundGateway
 from gyrectl.gateway.settings import GatewaySettings
-from gyrectl.launch.rundir import RunDir
+from gyrectl.run.rundir import RunDir
 from gyrectl.rollout.harnesses import HarnessRunner
 from gyrectl.rollout.live import CellServer, LiveRollouts
 from gyrectl.rollout.load import LoadPublisher

@@ -4,7 +4,7 @@ Job states are folded into four words scripts can rely on — ``pending``, ``run
 ``unknown`` — with Slurm's own word kept beside them (``slurm_state``) and, for an ended run,
 how it ended (``reason``: the head's own record when it had the chance to write one).
 
-A damaged file of the run directory (:mod:`gyrectl.launch.runfiles`) does not hide the others:
+A damaged file of the run directory (:mod:`gyrectl.run.files`) does not hide the others:
 the view leaves out what it holds and names it under ``damaged``.
 """
 
@@ -23,8 +23,8 @@ from gyrectl.coordinator.events import Event, apply
 from gyrectl.coordinator.journal import read_journal
 from gyrectl.coordinator.state import initial_state, limits_from_config
 from gyrectl.coordinator.views import cell_rows, moves, placed_cells
-from gyrectl.launch.rundir import DamagedRunFile, RunDir
-from gyrectl.launch.runfiles import (STEP_METRICS, check_fields, read_cells, read_job, read_nodes, read_servers,
+from gyrectl.run.rundir import DamagedRunFile, RunDir
+from gyrectl.run.files import (STEP_METRICS, check_fields, read_cells, read_job, read_nodes, read_servers,
                                      run_config)
 from gyrectl.store.damage import Skipped
 from gyrectl.store.jsonl import JsonlContents, scan_jsonl

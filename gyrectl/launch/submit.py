@@ -17,8 +17,8 @@ from pathlib import Path
 from gyrectl.config import dump_config
 from gyrectl.config.schema import Config
 from gyrectl.errors import RuntimeFailure, UserError
-from gyrectl.launch.rundir import DamagedRunFile, RunDir
-from gyrectl.launch.runfiles import read_job, run_config
+from gyrectl.run.rundir import DamagedRunFile, RunDir
+from gyrectl.run.files import read_job, run_config
 from gyrectl.launch.sbatch import check_run_dir, head_parameters, render_for_config, worker_directives
 
 
@@ -30,14 +30,10 @@ class LaunchResult:
     layout: str
 
 
-def run_path(config: Config) -> Path:
-    return Path(config.run.output_root).expanduser().resolve() / config.run.name
-
-
 def dry_run_script(config: Config) -> str:
     """The exact script ``launch`` would submit, without creating anything."""
-    path = run_path(config)
-    return render_for_config(config, run_dir=path, folder=RunDir(path).submitit_dir, python=sys.executable)
+    run = RunDir.of(config)
+    return render_for_config(config, run_dir=run.path, folder=run.submitit_dir, python=sys.executable)
 
 
 def launch(config: Config) -> LaunchResult:
@@ -71,7 +67,7 @@ def resume_run(run: RunDir) -> LaunchResult:
 def _check_before_submitting(config: Config) -> None:
     check_loop_inputs(config, Path.cwd())
     if config.cluster.backend == "slurm":
-        check_run_dir(run_path(config))
+        check_run_dir(RunDir.of(config).path)
         check_fits(config)
 
 

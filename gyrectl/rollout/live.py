@@ -27,7 +27,7 @@ from typing import Any
 from gyrectl.coordinator.events import Event, Finished, Started, WeightsSynced
 from gyrectl.errors import RuntimeFailure
 from gyrectl.gateway.background import BackgroundGateway
-from gyrectl.launch.rundir import RunDir
+from gyrectl.run.rundir import RunDir
 from gyrectl.rollout.harnesses import HarnessExit, HarnessRunner
 from gyrectl.rollout.http import ServerCallError, get
 from gyrectl.rollout.resume import CarriedOver

@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from gyrectl.gateway.background import BackgroundGateway
-from gyrectl.launch.rundir import RunDir
+from gyrectl.run.rundir import RunDir
 from gyrectl.rollout.http import ServerCallError, get_text
 
 _GAUGES = {"vllm:num_requests_running": "running", "vllm:num_requests_waiting": "waiting"}

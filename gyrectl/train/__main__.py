@@ -22,7 +22,7 @@ import traceback
 from pathlib import Path
 
 from gyrectl.errors import EXIT_RUNTIME, GyreError
-from gyrectl.launch.rundir import RunDir
+from gyrectl.run.rundir import RunDir
 from gyrectl.train.step import run_step
 
 

@@ -28,7 +28,7 @@ from gyrectl.dedup.exact import exact_dedup
 from gyrectl.dedup.packing import PackedMicroBatch, pack
 from gyrectl.dedup.paths import paths_dedup
 from gyrectl.errors import UserError
-from gyrectl.launch.rundir import RunDir
+from gyrectl.run.rundir import RunDir
 from gyrectl.store.damage import log_skipped
 from gyrectl.train.grpo import group_advantages
 

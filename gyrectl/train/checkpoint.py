@@ -31,7 +31,7 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
                                                      set_optimizer_state_dict)
 
 from gyrectl.errors import UserError
-from gyrectl.launch.rundir import RunDir
+from gyrectl.run.rundir import RunDir
 
 STEP_RECORD = "gyrectl-step.json"
 """The metrics line of the step that produced a version, inside it (re-appended by a retry that

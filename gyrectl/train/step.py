@@ -31,7 +31,7 @@ from gyrectl.config.schema import TrainingConfig
 from gyrectl.dedup.forward import target_logprobs
 from gyrectl.dedup.packing import PackedMicroBatch
 from gyrectl.errors import UserError
-from gyrectl.launch.rundir import RunDir
+from gyrectl.run.rundir import RunDir
 from gyrectl.store.jsonl import JsonlAppender, read_records
 from gyrectl.train import checkpoint
 from gyrectl.train.batch import StepBatch, build_step_batch, read_batch_file

@@ -14,7 +14,7 @@ from gyrectl.cluster.local import LocalCluster
 from gyrectl.config import parse_config
 from gyrectl.coordinator.steps import step_factory
 from gyrectl.errors import RuntimeFailure
-from gyrectl.launch.rundir import RunDir
+from gyrectl.run.rundir import RunDir
 from gyrectl.rollout.health import step_alive, wait_healthy
 from gyrectl.rollout.server import server_url
 from rollout_cases import PROMPT, LiveServer

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gyrectl.cluster.local import LocalCluster
 from gyrectl.config.schema import Config
-from gyrectl.launch.rundir import RunDir
+from gyrectl.run.rundir import RunDir
 from gyrectl.rollout.http import post
 
 PROMPT = "def fibonacci(n):\n    return"

@@ -14,7 +14,7 @@ import pytest
 from gyrectl.coordinator.events import Finished, Started
 from gyrectl.gateway.background import BackgroundGateway
 from gyrectl.gateway.settings import GatewaySettings
-from gyrectl.launch.rundir import RunDir
+from gyrectl.run.rundir import RunDir
 from gyrectl.rollout.harnesses import HarnessRunner
 from gyrectl.rollout.live import LiveRollouts
 from gyrectl.rollout.tasks import Assignment, assign

@@ -15,7 +15,7 @@ from gyrectl.config import parse_config
 from gyrectl.config.schema import Config
 from gyrectl.coordinator.steps import step_factory
 from gyrectl.errors import RuntimeFailure
-from gyrectl.launch.rundir import RunDir
+from gyrectl.run.rundir import RunDir
 from gyrectl.rollout.health import wait_healthy
 from gyrectl.rollout.server import engine_flags, rollout_server, served_model_name, server_url
 

@@ -22,7 +22,7 @@ from gyrectl.capture.record import CallRecord
 from gyrectl.capture.store import CaptureWriter
 from gyrectl.config import dump_config
 from gyrectl.config.schema import Config, DedupConfig, ModelConfig, RunConfig, TrainingConfig
-from gyrectl.launch.rundir import RunDir
+from gyrectl.run.rundir import RunDir
 from gyrectl.train.grpo import policy_loss
 from naive_paths import path_nll, root_to_leaf_paths, sequence, trainable_positions
 

@@ -99,7 +99,7 @@ def test_status_timeline_draws_a_real_runs_journal(cli, tmp_path: Path) -> None:
     from gyrectl.coordinator.journal import Journal, read_events
     from gyrectl.coordinator.state import Phase, initial_state, limits_from_config
     from gyrectl.coordinator.timeline import role_segments
-    from gyrectl.launch.rundir import RunDir
+    from gyrectl.run.rundir import RunDir
 
     run = RunDir.create(tmp_path, "r")
     config = load_config("configs/local-tiny.yaml")

@@ -14,7 +14,7 @@ from gyrectl.coordinator.events import (CellLost, CellPlaced, Dispatched, Finish
 from gyrectl.coordinator.state import Limits, Phase, initial_state
 from gyrectl.coordinator.steps import step_factory
 from gyrectl.coordinator.views import moves, placed_cells
-from gyrectl.launch.rundir import RunDir
+from gyrectl.run.rundir import RunDir
 from gyrectl.scheduler import elastic
 from gyrectl.scheduler.actions import MoveCell, StartServer, StartTrain
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from gyrectl.errors import UserError
-from gyrectl.launch.rundir import RunDir
+from gyrectl.run.rundir import RunDir
 
 
 def test_created_private_with_a_secret_token(tmp_path: Path) -> None:

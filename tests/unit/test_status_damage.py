@@ -10,7 +10,7 @@ from gyrectl.config import dump_config, load_config
 from gyrectl.coordinator.events import Dispatched, PhaseChanged
 from gyrectl.coordinator.journal import Journal, read_journal
 from gyrectl.coordinator.state import Phase
-from gyrectl.launch.rundir import RunDir
+from gyrectl.run.rundir import RunDir
 
 T0 = 1_796_000_000.0
 STEP = {"step": 0, "reward_mean": 0.5, "executions": 4, "naive_tokens": 100, "trained_tokens": 40,

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gyrectl.config.schema import Config
 from gyrectl.errors import RuntimeFailure, UserError
 
 
@@ -149,6 +150,11 @@ class RunDir:
         return self.path / "stop-requested"
 
     # ---- life cycle ---------------------------------------------------------------------
+    @classmethod
+    def of(cls, config: Config) -> RunDir:
+        """The run directory ``config`` names (``run.output_root``/``run.name``), made or not."""
+        return cls(Path(config.run.output_root).expanduser().resolve() / config.run.name)
+
     @classmethod
     def create(cls, output_root: Path, name: str) -> RunDir:
         """Makes a new run directory (0700) with its secret token; refuses to reuse one."""

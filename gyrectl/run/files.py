@@ -2,7 +2,7 @@
 ``cells.json``, ``servers.json``, the lines of ``metrics.jsonl`` and ``config.yaml``.
 
 gyrectl writes each of them, so a file that does not hold what gyrectl writes there (truncated,
-garbage, a hand edit gone wrong) raises :class:`~gyrectl.launch.rundir.DamagedRunFile` naming the
+garbage, a hand edit gone wrong) raises :class:`~gyrectl.run.rundir.DamagedRunFile` naming the
 file and what is wrong, instead of a ``KeyError`` deep inside a view. What a command does with it
 is the command's choice: ``gyrectl status`` shows what the other files hold and lists the damaged
 ones; ``launch --resume`` refuses (exit 1).
@@ -19,7 +19,7 @@ from typing import Any
 from gyrectl.config import load_config
 from gyrectl.config.schema import Config
 from gyrectl.errors import ConfigError
-from gyrectl.launch.rundir import DamagedRunFile, RunDir
+from gyrectl.run.rundir import DamagedRunFile, RunDir
 
 _INT = (int,)
 _NUMBER = (int, float)
