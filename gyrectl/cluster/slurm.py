@@ -24,7 +24,7 @@ from gyrectl.cluster.processes import ProcessSteps
 from gyrectl.cluster.slurm_cli import (expand_hostlist, gres_gpus, job_steps, parse_cpus_per_node, run_slurm,
                                        show_node)
 from gyrectl.errors import RuntimeFailure
-from gyrectl.launch.templates import render_template
+from gyrectl.cluster.slurm_templates import render_template
 
 WORKER_GROUP = 1
 EXIT_WAIT_S = 15.0

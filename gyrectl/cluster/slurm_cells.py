@@ -24,7 +24,7 @@ from gyrectl.cluster.slurm_cli import failed_nodes, job_nodes, job_states, run_s
 from gyrectl.config.schema import Config
 from gyrectl.errors import GyreError, RuntimeFailure
 from gyrectl.run.rundir import RunDir
-from gyrectl.launch.sbatch import cell_parameters
+from gyrectl.cluster.slurm_sbatch import cell_parameters
 
 POLL_S = 2.0
 """How often Slurm is asked about the cell jobs and their nodes (squeue and sinfo each time)."""
@@ -144,7 +144,7 @@ class SlurmCellsCluster(SlurmCluster):
             run_slurm(["scancel", *jobs], check=False)
 
     def _submit(self, cell: int) -> CellJob:
-        from gyrectl.launch.executor import GyreExecutor
+        from gyrectl.cluster.slurm_executor import GyreExecutor
 
         executor = GyreExecutor(self._run.submitit_dir / "cells", extra_directives=self._config.cluster.extra_sbatch)
         executor.update_parameters(**cell_parameters(self._config, cell=cell))

@@ -19,7 +19,7 @@ from gyrectl.config.schema import Config
 from gyrectl.errors import RuntimeFailure, UserError
 from gyrectl.run.rundir import DamagedRunFile, RunDir
 from gyrectl.run.files import read_job, run_config
-from gyrectl.launch.sbatch import check_run_dir, head_parameters, render_for_config, worker_directives
+from gyrectl.cluster.slurm_sbatch import check_run_dir, head_parameters, render_for_config, worker_directives
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ def check_fits(config: Config) -> None:
 def _submit_slurm(config: Config, run: RunDir) -> str:
     import submitit
 
-    from gyrectl.launch.executor import GyreExecutor
+    from gyrectl.cluster.slurm_executor import GyreExecutor
     from gyrectl.launch.head import run_head
 
     workers = worker_directives(config) if config.cluster.layout == "hetjob" else ()

@@ -19,7 +19,7 @@ import pytest
 from gyrectl.config import load_config
 from gyrectl.config.schema import Config
 from gyrectl.errors import ConfigError
-from gyrectl.launch.sbatch import render_for_config
+from gyrectl.cluster.slurm_sbatch import render_for_config
 
 from tests.conftest import REPO
 

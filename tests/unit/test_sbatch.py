@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 from gyrectl.config import load_config
-from gyrectl.launch.sbatch import render_for_config
+from gyrectl.cluster.slurm_sbatch import render_for_config
 
 from tests.conftest import REPO
 

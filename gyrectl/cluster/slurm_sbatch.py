@@ -21,7 +21,7 @@ from submitit.slurm.slurm import _make_sbatch_string
 
 from gyrectl.config.schema import Config
 from gyrectl.errors import UserError
-from gyrectl.launch.templates import render_template
+from gyrectl.cluster.slurm_templates import render_template
 
 
 def head_command(python: str, folder: Path) -> str:
