@@ -28,12 +28,12 @@ from gyrectl.capture.store import CaptureWriter
 from gyrectl.cluster.base import StepSpec
 from gyrectl.cluster.slurm import SlurmCluster
 from gyrectl.config import load_config
-from gyrectl.coordinator.steps import step_factory
 from gyrectl.gateway.background import BackgroundGateway
 from gyrectl.gateway.settings import GatewaySettings
-from gyrectl.run.rundir import RunDir
+from gyrectl.launch.steps import step_factory
 from gyrectl.rollout.health import step_alive, wait_healthy
 from gyrectl.rollout.server import served_model_name, server_url
+from gyrectl.run.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -12,9 +12,9 @@ from gyrectl.cli.options import DEFAULT_ROOT, JsonOpt, RootOpt, SetOpt
 from gyrectl.cli.progress import wait_for_end
 from gyrectl.cli.render import emit_json, out
 from gyrectl.config import load_config
-from gyrectl.run.rundir import RunDir
 from gyrectl.errors import UserError
 from gyrectl.launch.submit import dry_run_script, launch as launch_run, resume_run
+from gyrectl.run.rundir import RunDir
 
 
 def launch(

@@ -18,9 +18,9 @@ from gyrectl.coordinator.journal import read_events
 from gyrectl.coordinator.state import initial_state, limits_from_config
 from gyrectl.coordinator.timeline import draw_timeline
 from gyrectl.errors import RuntimeFailure, UserError
-from gyrectl.run.rundir import RunDir
-from gyrectl.run.files import run_config
 from gyrectl.launch.status import RunView, run_view
+from gyrectl.run.files import run_config
+from gyrectl.run.rundir import RunDir
 
 WatchOpt = Annotated[bool, typer.Option("--watch", "-w", help="Refresh until the run ends (live view on a terminal).")]
 IntervalOpt = Annotated[float, typer.Option(help="Seconds between refreshes with --watch.")]

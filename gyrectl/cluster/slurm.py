@@ -23,8 +23,8 @@ from gyrectl.cluster.base import Cluster, Node, StepSpec, StepStatus
 from gyrectl.cluster.processes import ProcessSteps
 from gyrectl.cluster.slurm_cli import (expand_hostlist, gres_gpus, job_steps, parse_cpus_per_node, run_slurm,
                                        show_node)
-from gyrectl.errors import RuntimeFailure
 from gyrectl.cluster.slurm_templates import render_template
+from gyrectl.errors import RuntimeFailure
 
 WORKER_GROUP = 1
 EXIT_WAIT_S = 15.0

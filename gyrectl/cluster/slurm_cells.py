@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from gyrectl.cluster.base import Node, StepState, StepStatus
 from gyrectl.cluster.slurm import SlurmCluster, discover_allocation, node_address
 from gyrectl.cluster.slurm_cli import failed_nodes, job_nodes, job_states, run_slurm, show_node, slurmd_port
+from gyrectl.cluster.slurm_sbatch import cell_parameters
 from gyrectl.config.schema import Config
 from gyrectl.errors import GyreError, RuntimeFailure
 from gyrectl.run.rundir import RunDir
-from gyrectl.cluster.slurm_sbatch import cell_parameters
 
 POLL_S = 2.0
 """How often Slurm is asked about the cell jobs and their nodes (squeue and sinfo each time)."""

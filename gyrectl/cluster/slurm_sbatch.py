@@ -19,9 +19,9 @@ from typing import Any
 
 from submitit.slurm.slurm import _make_sbatch_string
 
+from gyrectl.cluster.slurm_templates import render_template
 from gyrectl.config.schema import Config
 from gyrectl.errors import UserError
-from gyrectl.cluster.slurm_templates import render_template
 
 
 def head_command(python: str, folder: Path) -> str:

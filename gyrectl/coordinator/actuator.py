@@ -16,19 +16,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gyrectl.cluster.base import Cluster, Node, StepState, StepStatus
+from gyrectl.coordinator.actions import Action, Dispatch, ExtendTrain, MoveCell, StartServer, StartTrain, SyncWeights
 from gyrectl.coordinator.events import (CellLost, CellPlaced, Dispatched, Event, PhaseChanged, StepFailed,
                                         SyncStarted, TrainEnded, TrainExtended, TrainRetried, TrainStarted)
-from gyrectl.coordinator.ports import Clock, RolloutGateway
+from gyrectl.coordinator.ports import Clock, RolloutGateway, StepBuilder
 from gyrectl.coordinator.state import CoordinatorState, Phase
-from gyrectl.coordinator.steps import MAX_TRAIN_ATTEMPTS, StepFactory
 from gyrectl.errors import RuntimeFailure
-from gyrectl.scheduler.actions import (Action, Dispatch, ExtendTrain, MoveCell, StartServer, StartTrain,
-                                       SyncWeights)
 
 _WATCHED = (Phase.STARTING, Phase.RETURNING, Phase.DRAINING)
 MAX_CELL_FAILURES = 3
 """Steps of one cell that may exit on their own before the run gives up (a node that keeps
 killing its steps is not a fault worth retrying forever)."""
+MAX_TRAIN_ATTEMPTS = 3
+"""Runs of one training step before the run fails (each run has a rendezvous port of its own)."""
 
 
 def cells_of(nodes: Sequence[Node], nodes_per_cell: int) -> list[tuple[str, ...]]:
@@ -42,7 +42,7 @@ def group_cells(workers: Sequence[str], nodes_per_cell: int) -> list[tuple[str, 
 
 
 class Actuator:
-    def __init__(self, *, cluster: Cluster, gateway: RolloutGateway, clock: Clock, steps: StepFactory,
+    def __init__(self, *, cluster: Cluster, gateway: RolloutGateway, clock: Clock, steps: StepBuilder,
                  cell_nodes: Sequence[tuple[str, ...]]):
         self.cell_nodes = list(cell_nodes)
         self._cluster, self._gateway, self._clock, self._steps = cluster, gateway, clock, steps

@@ -25,10 +25,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+from gyrectl.coordinator.actions import Policy
 from gyrectl.coordinator.actuator import Actuator
 from gyrectl.coordinator.events import Event, apply
 from gyrectl.coordinator.state import CoordinatorState
-from gyrectl.scheduler import Policy
 
 
 class EventSink(Protocol):

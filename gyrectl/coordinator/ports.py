@@ -1,12 +1,20 @@
-"""The coordinator's two narrow views of the world besides the ``Cluster``: the gateway that owns
-executions and routing, and the clock it waits on. Real ones talk HTTP and sleep; the simulated
-ones (:mod:`gyrectl.sim.gateway`) share a virtual clock with the simulated cluster."""
+"""The coordinator's narrow views of the world besides the ``Cluster``: the gateway that owns
+executions and routing, the clock it waits on, and the builder of the steps it starts. Real ones
+talk HTTP and sleep; the simulated ones (:mod:`gyrectl.sim.gateway`) share a virtual clock with
+the simulated cluster. The step builder (:mod:`gyrectl.launch.steps`) knows the engines' command
+lines; the coordinator only asks it for ``StepSpec``s."""
 
 from __future__ import annotations
 
 from typing import Protocol
 
+from gyrectl.cluster.base import StepSpec
 from gyrectl.coordinator.events import Event
+
+
+def batch_name(index: int) -> str:
+    """The name of training step ``index``'s batch (what ``RolloutGateway.claim`` reserves)."""
+    return f"batch-{index}"
 
 
 class RolloutGateway(Protocol):
@@ -38,6 +46,18 @@ class RolloutGateway(Protocol):
 
     def poll(self) -> list[Event]:
         """``Started``, ``Finished`` and ``WeightsSynced`` events since the last poll."""
+
+
+class StepBuilder(Protocol):
+    def rollout(self, *, cell: int, nodes: tuple[str, ...], version: int) -> StepSpec:
+        """Cell ``cell``'s rollout server on ``nodes``, serving weights ``version``."""
+
+    def server_url(self, *, cell: int, address: str) -> str:
+        """Where the gateway reaches cell ``cell``'s server on a node at ``address``."""
+
+    def train_member(self, *, cell: int, nodes: tuple[str, ...], index: int, members: int, rendezvous_host: str,
+                     attempt: int = 0) -> StepSpec:
+        """Cell ``cell``'s part of training step ``index`` (one of ``members`` member cells)."""
 
 
 class Clock(Protocol):

@@ -26,10 +26,9 @@ from gyrectl.coordinator.events import CellLost, CellPlaced, Event, PhaseChanged
 from gyrectl.coordinator.journal import Journal, read_events
 from gyrectl.coordinator.loop import run_coordinator
 from gyrectl.coordinator.state import CoordinatorState, Phase, initial_state, limits_from_config
-from gyrectl.coordinator.steps import step_factory
 from gyrectl.gateway.background import BackgroundGateway
 from gyrectl.gateway.settings import GatewaySettings
-from gyrectl.run.rundir import RunDir
+from gyrectl.launch.steps import step_factory
 from gyrectl.rollout.harnesses import HarnessRunner
 from gyrectl.rollout.live import CellServer, LiveRollouts
 from gyrectl.rollout.load import LoadPublisher
@@ -38,6 +37,7 @@ from gyrectl.rollout.reward import load_verifier
 from gyrectl.rollout.server import served_model_name
 from gyrectl.rollout.tasks import load_tasks
 from gyrectl.rollout.weights import HttpWeightSync
+from gyrectl.run.rundir import RunDir
 from gyrectl.scheduler import POLICIES
 from gyrectl.store.jsonl import read_records
 

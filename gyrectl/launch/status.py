@@ -23,9 +23,8 @@ from gyrectl.coordinator.events import Event, apply
 from gyrectl.coordinator.journal import read_journal
 from gyrectl.coordinator.state import initial_state, limits_from_config
 from gyrectl.coordinator.views import cell_rows, moves, placed_cells
+from gyrectl.run.files import STEP_METRICS, check_fields, read_cells, read_job, read_nodes, read_servers, run_config
 from gyrectl.run.rundir import DamagedRunFile, RunDir
-from gyrectl.run.files import (STEP_METRICS, check_fields, read_cells, read_job, read_nodes, read_servers,
-                                     run_config)
 from gyrectl.store.damage import Skipped
 from gyrectl.store.jsonl import JsonlContents, scan_jsonl
 

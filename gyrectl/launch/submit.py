@@ -14,12 +14,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from gyrectl.cluster.slurm_sbatch import check_run_dir, head_parameters, render_for_config, worker_directives
 from gyrectl.config import dump_config
 from gyrectl.config.schema import Config
 from gyrectl.errors import RuntimeFailure, UserError
-from gyrectl.run.rundir import DamagedRunFile, RunDir
 from gyrectl.run.files import read_job, run_config
-from gyrectl.cluster.slurm_sbatch import check_run_dir, head_parameters, render_for_config, worker_directives
+from gyrectl.run.rundir import DamagedRunFile, RunDir
 
 
 @dataclass(frozen=True)

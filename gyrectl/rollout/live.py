@@ -27,13 +27,13 @@ from typing import Any
 from gyrectl.coordinator.events import Event, Finished, Started, WeightsSynced
 from gyrectl.errors import RuntimeFailure
 from gyrectl.gateway.background import BackgroundGateway
-from gyrectl.run.rundir import RunDir
 from gyrectl.rollout.harnesses import HarnessExit, HarnessRunner
 from gyrectl.rollout.http import ServerCallError, get
 from gyrectl.rollout.resume import CarriedOver
 from gyrectl.rollout.reward import Verifier, score_execution
 from gyrectl.rollout.sync import WeightSync
 from gyrectl.rollout.tasks import assign
+from gyrectl.run.rundir import RunDir
 from gyrectl.store.jsonl import JsonlAppender
 
 

@@ -10,8 +10,8 @@ import time
 from typing import Any
 
 from gyrectl.gateway.background import BackgroundGateway
-from gyrectl.run.rundir import RunDir
 from gyrectl.rollout.http import ServerCallError, get_text
+from gyrectl.run.rundir import RunDir
 
 _GAUGES = {"vllm:num_requests_running": "running", "vllm:num_requests_waiting": "waiting"}
 

@@ -6,8 +6,8 @@ each workload best rather than reporting only an even one."""
 
 from __future__ import annotations
 
+from gyrectl.coordinator.actions import Action, MoveCell, StartTrain
 from gyrectl.coordinator.state import CoordinatorState, Phase
-from gyrectl.scheduler.actions import Action, MoveCell, StartTrain
 from gyrectl.scheduler.common import dispatch, next_batch, start_idle, sync_weights
 
 

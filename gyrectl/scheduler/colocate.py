@@ -6,8 +6,8 @@ the rest of the cluster waits."""
 
 from __future__ import annotations
 
+from gyrectl.coordinator.actions import Action, MoveCell, StartTrain
 from gyrectl.coordinator.state import CoordinatorState, Phase
-from gyrectl.scheduler.actions import Action, MoveCell, StartTrain
 from gyrectl.scheduler.common import dispatch, next_batch, start_idle
 
 

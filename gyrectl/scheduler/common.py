@@ -3,8 +3,8 @@ which buffered executions form the next batch, and keeping servers on the latest
 
 from __future__ import annotations
 
+from gyrectl.coordinator.actions import Action, Dispatch, StartServer, SyncWeights
 from gyrectl.coordinator.state import CoordinatorState, Phase
-from gyrectl.scheduler.actions import Action, Dispatch, StartServer, SyncWeights
 
 
 def staleness_budget(state: CoordinatorState, *, version: int, max_staleness: int) -> int:

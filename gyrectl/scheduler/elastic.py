@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import math
 
+from gyrectl.coordinator.actions import Action, ExtendTrain, MoveCell, StartTrain
 from gyrectl.coordinator.state import TOWARD_ROLLOUT, CoordinatorState, Phase
-from gyrectl.scheduler.actions import Action, ExtendTrain, MoveCell, StartTrain
 from gyrectl.scheduler.common import dispatch, next_batch, staleness_budget, start_idle, sync_weights
 
 

@@ -11,15 +11,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gyrectl.cluster.simulated import SimulatedCluster
 from gyrectl.config.schema import Config
 from gyrectl.coordinator.actuator import Actuator, cells_of
 from gyrectl.coordinator.events import Event
 from gyrectl.coordinator.journal import Journal
 from gyrectl.coordinator.loop import run_coordinator
 from gyrectl.coordinator.state import initial_state, limits_from_config
-from gyrectl.coordinator.steps import step_factory
+from gyrectl.launch.steps import step_factory
 from gyrectl.scheduler import POLICIES
+from gyrectl.sim.cluster import SimulatedCluster
 from gyrectl.sim.gateway import SimulatedGateway
 from gyrectl.sim.metrics import SimulationResult, lower_bound_s, summarize
 from gyrectl.sim.models import costs_from_config

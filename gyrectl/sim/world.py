@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from gyrectl.cluster.base import StepState
 from gyrectl.coordinator.events import Event, Finished, Started, WeightsSynced
-from gyrectl.coordinator.steps import batch_name
+from gyrectl.coordinator.ports import batch_name
 from gyrectl.errors import RuntimeFailure
 from gyrectl.sim.models import SimulatedCosts
 from gyrectl.sim.workload import Workload
@@ -41,7 +41,9 @@ class _Server:
 
 
 @dataclass
-class _Step:
+class SimulatedStep:
+    """A step the simulated cluster started on one cell; its role comes from the step's environment."""
+
     cell: int
     role: str
     state: StepState = StepState.PENDING
@@ -90,7 +92,7 @@ class SimulatedWorld:
         self._unclaimed: dict[tuple[int, int], list[int]] = defaultdict(list)
         self._claimed: dict[int, list[tuple[tuple[int, int], list[int]]]] = {}
         self.batch_tokens: dict[str, int] = {}
-        self.steps: dict[str, _Step] = {}
+        self.steps: dict[str, SimulatedStep] = {}
         self._last_role = [""] * num_cells
         self._trains: dict[int, _TrainRun] = {}
         self._full_throughput = costs.execution_speed(costs.slots_per_server) * costs.slots_per_server
@@ -254,7 +256,7 @@ class SimulatedWorld:
             self._unclaimed[key] = claimed + self._unclaimed[key]
 
     # -- steps ----------------------------------------------------------------------------------
-    def start_step(self, step: _Step) -> str:
+    def start_step(self, step: SimulatedStep) -> str:
         """Starts a step; its id is unique for the world's lifetime (like a Slurm step id)."""
         step_id = f"sim.{len(self.steps)}"
         self.steps[step_id] = step
@@ -284,7 +286,7 @@ class SimulatedWorld:
             self._servers[step.cell].routed = False
             self._touch(step.cell)
 
-    def _join_training(self, step_id: str, step: _Step) -> None:
+    def _join_training(self, step_id: str, step: SimulatedStep) -> None:
         run = self._trains.get(step.train_index)
         if run is None:
             work = self.costs.train_work_cell_s(self.batch_tokens[step.batch_ref])

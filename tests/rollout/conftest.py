@@ -12,11 +12,11 @@ import pytest
 
 from gyrectl.cluster.local import LocalCluster
 from gyrectl.config import parse_config
-from gyrectl.coordinator.steps import step_factory
 from gyrectl.errors import RuntimeFailure
-from gyrectl.run.rundir import RunDir
+from gyrectl.launch.steps import step_factory
 from gyrectl.rollout.health import step_alive, wait_healthy
 from gyrectl.rollout.server import server_url
+from gyrectl.run.rundir import RunDir
 from rollout_cases import PROMPT, LiveServer
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from gyrectl.cluster.local import LocalCluster
 from gyrectl.config.schema import Config
-from gyrectl.run.rundir import RunDir
 from gyrectl.rollout.http import post
+from gyrectl.run.rundir import RunDir
 
 PROMPT = "def fibonacci(n):\n    return"
 NEW_TOKENS = 16

@@ -14,10 +14,10 @@ import pytest
 from gyrectl.coordinator.events import Finished, Started
 from gyrectl.gateway.background import BackgroundGateway
 from gyrectl.gateway.settings import GatewaySettings
-from gyrectl.run.rundir import RunDir
 from gyrectl.rollout.harnesses import HarnessRunner
 from gyrectl.rollout.live import LiveRollouts
 from gyrectl.rollout.tasks import Assignment, assign
+from gyrectl.run.rundir import RunDir
 from gyrectl.store.jsonl import read_records
 
 # Prints what its task says, then maybe sleeps past the time limit or crashes silently.

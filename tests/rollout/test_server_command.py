@@ -13,11 +13,11 @@ import pytest
 from gyrectl.cluster import slurm_bind
 from gyrectl.config import parse_config
 from gyrectl.config.schema import Config
-from gyrectl.coordinator.steps import step_factory
 from gyrectl.errors import RuntimeFailure
-from gyrectl.run.rundir import RunDir
+from gyrectl.launch.steps import step_factory
 from gyrectl.rollout.health import wait_healthy
 from gyrectl.rollout.server import engine_flags, rollout_server, served_model_name, server_url
+from gyrectl.run.rundir import RunDir
 
 WEIGHTS = Path("/runs/r/checkpoints/v3")
 

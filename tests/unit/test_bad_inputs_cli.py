@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from gyrectl.config import dump_config, load_config
-from gyrectl.run.rundir import DamagedRunFile, RunDir
 from gyrectl.run.files import read_cells
+from gyrectl.run.rundir import DamagedRunFile, RunDir
 
 from tests.conftest import REPO
 

@@ -8,15 +8,15 @@ from pathlib import Path
 
 from gyrectl.cluster.base import Cluster, Node, StepSpec, StepState, StepStatus
 from gyrectl.config.loader import parse_config
+from gyrectl.coordinator.actions import MoveCell, StartServer, StartTrain
 from gyrectl.coordinator.actuator import Actuator
 from gyrectl.coordinator.events import (CellLost, CellPlaced, Dispatched, Finished, PhaseChanged, TrainStarted, apply,
                                         from_record, to_record)
 from gyrectl.coordinator.state import Limits, Phase, initial_state
-from gyrectl.coordinator.steps import step_factory
 from gyrectl.coordinator.views import moves, placed_cells
+from gyrectl.launch.steps import step_factory
 from gyrectl.run.rundir import RunDir
 from gyrectl.scheduler import elastic
-from gyrectl.scheduler.actions import MoveCell, StartServer, StartTrain
 
 LIMITS = Limits(num_cells=2, slots_per_cell=4, batch_executions=2, max_staleness=0, min_rollout_cells=1,
                 total_executions=4)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from gyrectl.coordinator.actions import Dispatch, ExtendTrain, MoveCell, StartServer, StartTrain
 from gyrectl.coordinator.state import CellState, CellTable, Limits, Phase, TrainStep, initial_state
 from gyrectl.scheduler import async_split, colocate, elastic
-from gyrectl.scheduler.actions import Dispatch, ExtendTrain, MoveCell, StartServer, StartTrain
 
 LIMITS = Limits(num_cells=4, slots_per_cell=10, batch_executions=20, max_staleness=1, total_executions=200)
 

@@ -6,12 +6,12 @@ from pathlib import Path
 
 from gyrectl.cluster.base import Node, StepSpec, StepStatus, StepState, Cluster
 from gyrectl.config.loader import parse_config
+from gyrectl.coordinator.actions import StartTrain
 from gyrectl.coordinator.actuator import Actuator
-from gyrectl.coordinator.state import Phase, initial_state, limits_from_config
 from gyrectl.coordinator.events import PhaseChanged, apply
-from gyrectl.coordinator.steps import step_factory
+from gyrectl.coordinator.state import Phase, initial_state, limits_from_config
+from gyrectl.launch.steps import step_factory
 from gyrectl.run.rundir import RunDir
-from gyrectl.scheduler.actions import StartTrain
 
 CONFIG = parse_config({"cluster": {"backend": "slurm", "nodes": 4, "gpus_per_node": 0}, "cells": {"nodes_per_cell": 2}})
 

@@ -2,9 +2,9 @@
 simulated world's virtual clock (:mod:`gyrectl.sim.world`). Nothing runs; it is what
 ``gyrectl simulate`` and the coordinator's tests drive.
 
-A step's role comes from its ``GYRECTL_ROLE`` environment (set by the coordinator's step factory);
-its start time from the switch-cost model; a training member ends when its rendezvous has done the
-batch's work.
+A step's role comes from its ``GYRECTL_ROLE`` environment (set by the step factory,
+:mod:`gyrectl.launch.steps`); its start time from the switch-cost model; a training member ends
+when its rendezvous has done the batch's work.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gyrectl.cluster.base import Cluster, Node, StepSpec, StepStatus
-from gyrectl.sim.world import SimulatedWorld, _Step
+from gyrectl.sim.world import SimulatedStep, SimulatedWorld
 
 
 class SimulatedCluster(Cluster):
@@ -31,9 +31,9 @@ class SimulatedCluster(Cluster):
     def start_step(self, spec: StepSpec) -> str:
         cells = {self._cell_of[node] for node in spec.nodes}
         assert len(cells) == 1, "a simulated step runs on exactly one cell"
-        return self._world.start_step(_Step(cell=cells.pop(), role=spec.env["GYRECTL_ROLE"],
-                                              train_index=int(spec.env.get("GYRECTL_TRAIN_STEP", -1)),
-                                              batch_ref=spec.env.get("GYRECTL_BATCH", "")))
+        return self._world.start_step(SimulatedStep(cell=cells.pop(), role=spec.env["GYRECTL_ROLE"],
+                                                    train_index=int(spec.env.get("GYRECTL_TRAIN_STEP", -1)),
+                                                    batch_ref=spec.env.get("GYRECTL_BATCH", "")))
 
     def stop_step(self, step_id: str, *, grace_s: float = 5.0) -> None:
         self._world.stop_step(step_id)

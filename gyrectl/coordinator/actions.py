@@ -1,11 +1,13 @@
-"""What a policy may ask for. Small frozen records; the coordinator's actuator carries them out
-through the ``Cluster`` (steps) and the gateway (routing, executions)."""
+"""The policy contract: what a policy may ask for, and the type of a policy. Small frozen records;
+the coordinator's actuator carries them out through the ``Cluster`` (steps) and the gateway
+(routing, executions). The policies themselves live in :mod:`gyrectl.scheduler`."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from gyrectl.coordinator.state import Phase
+from gyrectl.coordinator.state import CoordinatorState, Phase
 
 
 @dataclass(frozen=True)
@@ -57,3 +59,6 @@ class Dispatch:
 
 
 Action = StartServer | MoveCell | StartTrain | ExtendTrain | SyncWeights | Dispatch
+
+Policy = Callable[[CoordinatorState, float], list[Action]]
+"""A pure ``decide(state, now) -> actions``: what the coordinator's loop calls each round."""

@@ -1,6 +1,8 @@
 """The two kinds of step the coordinator starts on a cell, as ``StepSpec``s: a rollout server and
 a training member (one per cell; members of one training step join the same rendezvous, so the
 step grows when a cell joins). The environment tells the step (and the simulated cluster) its role.
+This is the coordinator's ``StepBuilder`` port filled with the engines' command lines (vLLM,
+torchrun + ``gyrectl.train``); the coordinator never imports it, launch and the simulator wire it.
 """
 
 from __future__ import annotations
@@ -10,17 +12,10 @@ from dataclasses import dataclass
 
 from gyrectl.cluster.base import StepSpec
 from gyrectl.config.schema import Config
-from gyrectl.run.rundir import RunDir
+from gyrectl.coordinator.actuator import MAX_TRAIN_ATTEMPTS
+from gyrectl.coordinator.ports import batch_name
 from gyrectl.rollout.server import rollout_server, server_url
-
-
-def batch_name(index: int) -> str:
-    """The name of training step ``index``'s batch (what ``RolloutGateway.claim`` reserves)."""
-    return f"batch-{index}"
-
-
-MAX_TRAIN_ATTEMPTS = 3
-"""Runs of one training step before the run fails (each run has a rendezvous port of its own)."""
+from gyrectl.run.rundir import RunDir
 
 
 @dataclass(frozen=True)
