@@ -1,1 +1,2 @@
-"""The thin Typer shell: one module per command group, one renderer (``render``)."""
+"""The thin Typer shell: one module per command group, one renderer (``render``).
+May import: any package below it (it is the top)."""

@@ -12,6 +12,8 @@ Runbook (a gateway in front of one local vLLM server)::
     # harness: OPENAI_BASE_URL=gw.base_url("exec-17"), OPENAI_API_KEY=run.token() (the client token)
     gw.pool.drain("node1")        # node1 leaves rollout; its calls move or finish
     await gw.stop()
+
+May import: store, capture.
 """
 
 from gyrectl.gateway.app import Gateway

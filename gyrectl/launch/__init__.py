@@ -1,2 +1,4 @@
-"""Launch: the run directory, sbatch rendering (pure), submitit's executor (with hetjob support),
-and the head process: the coordinator's own job (cells layout) or component 0 (hetjob layout)."""
+"""Launch, the wiring: submitting a run, the head process (the coordinator's own job in the cells
+layout, component 0 in the hetjob layout) that builds the real loop, the concrete step builder
+(``steps``) and the status views.
+May import: any package but sim and cli."""

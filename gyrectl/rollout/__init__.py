@@ -1,1 +1,2 @@
-"""Rollout side: vLLM servers as steps, live weight sync, agent harness executions and their rewards."""
+"""Rollout side: vLLM servers as steps, live weight sync, agent harness executions and their rewards.
+May import: errors, config, run, store, cluster (``base``), gateway, coordinator (events)."""

@@ -1,5 +1,6 @@
 """Scheduling policies: pure ``decide(state, now) -> list[Action]`` functions, one module each.
-Policies never import a backend; the coordinator carries their actions out."""
+Policies never import a backend; the coordinator carries their actions out.
+May import: coordinator (state, actions)."""
 
 from __future__ import annotations
 

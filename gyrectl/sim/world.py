@@ -1,5 +1,5 @@
 """The simulated world: a virtual clock and an event queue, the rollout servers with their
-sessions, and the training steps. :class:`~gyrectl.cluster.simulated.SimulatedCluster` (steps) and
+sessions, and the training steps. :class:`~gyrectl.sim.cluster.SimulatedCluster` (steps) and
 :class:`~gyrectl.sim.gateway.SimulatedGateway` (executions) are two narrow views of it, the same
 two interfaces the coordinator has on a real cluster.
 

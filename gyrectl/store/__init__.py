@@ -1,1 +1,2 @@
-"""Durable on-disk records shared by the coordinator, the capture store and the CLI."""
+"""Durable on-disk records shared by the coordinator, the capture store and the CLI.
+May import: errors."""
