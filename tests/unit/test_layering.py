@@ -53,6 +53,35 @@ def test_no_two_packages_import_each_other() -> None:
     assert not both_ways, "packages import each other:\n" + "\n".join(both_ways)
 
 
+def test_no_package_reaches_itself_through_others() -> None:
+    """A cycle through three or more packages is the same knot as a pair, only harder to see."""
+    arrows = package_arrows()
+    graph: dict[str, set[str]] = defaultdict(set)
+    for importer, imported in arrows:
+        graph[importer].add(imported)
+    cycles = [cycle for start in sorted(graph) if (cycle := _path_back(graph, start))]
+    assert not cycles, "import cycles between packages:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def _path_back(graph: dict[str, set[str]], start: str) -> list[str]:
+    """A path of arrows from ``start`` back to itself (empty if there is none)."""
+    stack, seen = [(start, [start])], set()
+    while stack:
+        package, path = stack.pop()
+        for imported in sorted(graph.get(package, ())):
+            if imported == start:
+                return [*path, start]
+            if imported not in seen:
+                seen.add(imported)
+                stack.append((imported, [*path, imported]))
+    return []
+
+
+def test_a_cycle_of_three_is_found() -> None:
+    assert _path_back({"a": {"b"}, "b": {"c"}, "c": {"a"}}, "a") == ["a", "b", "c", "a"]
+    assert _path_back({"a": {"b"}, "b": {"c"}, "c": set()}, "a") == []
+
+
 def test_engines_and_core_do_not_import_the_wiring() -> None:
     arrows = package_arrows()
     upward = [f"{a} -> {b}: {sorted(files)}" for (a, b), files in sorted(arrows.items())
