@@ -11,6 +11,7 @@ from pathlib import Path
 
 from gyrectl.cluster.base import StepSpec
 from gyrectl.config.schema import Config
+from gyrectl.coordinator.recovery import MAX_TRAIN_ATTEMPTS
 from gyrectl.launch.rundir import RunDir
 from gyrectl.rollout.server import rollout_server, server_url
 
@@ -18,10 +19,6 @@ from gyrectl.rollout.server import rollout_server, server_url
 def batch_name(index: int) -> str:
     """The name of training step ``index``'s batch (what ``RolloutGateway.claim`` reserves)."""
     return f"batch-{index}"
-
-
-MAX_TRAIN_ATTEMPTS = 3
-"""Runs of one training step before the run fails (each run has a rendezvous port of its own)."""
 
 
 @dataclass(frozen=True)
