@@ -65,8 +65,8 @@ def read_world(state: CoordinatorState, *, cluster: Cluster, gateway: RolloutGat
     training = _training(state, cluster)
     ended = any(status.state.ended for status in (*steps.values(), *training))
     lost_later = frozenset(cluster.lost_cells()) if ended else lost
-    return Observation(lost=lost, lost_later=lost_later, granted=granted, steps=steps, sessions=sessions, ready=frozenset(ready),
-                       training=training)
+    return Observation(lost=lost, lost_later=lost_later, granted=granted, steps=steps, sessions=sessions,
+                       ready=frozenset(ready), training=training)
 
 
 def _training(state: CoordinatorState, cluster: Cluster) -> tuple[StepStatus, ...]:

@@ -166,8 +166,8 @@ def watch_training(state: CoordinatorState, seen: Observation) -> list[Recovery]
         if train.attempt + 1 >= MAX_TRAIN_ATTEMPTS:
             return [GiveUp(f"training step {train.index} failed {train.attempt + 1} times; see "
                            f"logs/train-step{train.index}-cell*.log")]
-        failed = tuple((cell, status.step_id, status.exit_code) for cell, status in zip(train.cells, statuses, strict=True)
-                       if status.state is StepState.FAILED)
+        failed = tuple((cell, status.step_id, status.exit_code)
+                       for cell, status in zip(train.cells, statuses, strict=True) if status.state is StepState.FAILED)
         return [RetryTraining(index=train.index, cells=train.cells, attempt=train.attempt + 1, failed=failed,
                               stop=running)]
     if not any(status.state is StepState.SUCCEEDED for status in statuses):
