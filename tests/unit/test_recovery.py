@@ -39,6 +39,8 @@ TRAINING = (Phase.ROLLOUT, Phase.TRAIN, Phase.TRAIN, Phase.TRAIN)
 def test_a_server_that_died_under_its_calls_is_restarted_with_the_latest_weights():
     seen = Observation(steps=statuses(s0=RUNNING, s1=FAILED))
     assert recover(state_of(*SERVING), seen) == [RestartServer(cell=1, step_id="s1", exit_code=9, version=2)]
+    assert recover(state_of(*SERVING, failures=MAX_CELL_FAILURES - 2), seen) == [
+        RestartServer(cell=1, step_id="s1", exit_code=9, version=2)]  # the last restart allowed
 
 
 def test_a_server_that_dies_once_too_often_ends_the_run():
@@ -114,12 +116,12 @@ def test_a_started_server_is_routed_once_it_answers_and_ends_the_run_if_it_exits
 
 
 class ScriptedCluster(Cluster):
-    """Step states as given; cell 3 is lost; remembers every read."""
+    """Step states as given; cells ``lost`` are lost; remembers every read."""
 
     backend = "scripted"
 
-    def __init__(self, states: dict[str, StepState]) -> None:
-        self.states, self.reads = states, []
+    def __init__(self, states: dict[str, StepState], lost: frozenset[int] = frozenset({3})) -> None:
+        self.states, self.lost, self.reads = states, lost, []
 
     def discover(self):
         return []
@@ -136,7 +138,7 @@ class ScriptedCluster(Cluster):
 
     def lost_cells(self):
         self.reads.append("lost")
-        return {3}
+        return set(self.lost)
 
     def replacement(self, cell):
         self.reads.append(f"replacement{cell}")
@@ -152,11 +154,10 @@ class Gateway:
 
 
 def test_read_world_reads_a_new_loss_alone_and_training_members_once_the_step_ended():
-    cluster = ScriptedCluster({})
-    assert read_world(state_of(*TRAINING, train=(1, 2)), cluster=cluster, gateway=Gateway()) == Observation(
-        lost=frozenset({3}))
-    assert cluster.reads == ["lost"]  # no replacement asked for, no step read
     known = state_of(Phase.ROLLOUT, Phase.TRAIN, Phase.TRAIN, Phase.LOST, train=(1, 2))
+    cluster = ScriptedCluster({}, lost=frozenset({2, 3}))
+    assert read_world(known, cluster=cluster, gateway=Gateway()) == Observation(lost=frozenset({2, 3}))
+    assert cluster.reads == ["lost"]  # cell 3's replacement is not asked for a round early, no step is read
     cluster = ScriptedCluster({})
     seen = read_world(known, cluster=cluster, gateway=Gateway())
     assert cluster.reads == ["lost", "replacement3", "s0", "t1"] and seen.training == ()
