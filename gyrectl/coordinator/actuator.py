@@ -2,33 +2,26 @@
 touches the ``Cluster`` and the gateway. It keeps no state of its own (step ids live in the
 coordinator state), so a restarted coordinator gets an equivalent actuator for free.
 
-It also answers the faults a cluster throws, without the policy's help: a serving cell's server
-step that exits on its own (killed, crashed) is started again while the gateway re-sends its calls
-elsewhere; a training step that fails is started again on the same cells with the same batch
-(the trainer starts each step over from its input weights). Either gives up after a few tries.
-A cell whose nodes the cluster lost (``cells`` layout: a crashed node) leaves the routing, takes
-the training step it was in down with it (the batch goes back to the buffer), and comes back
-idle on the nodes of a replacement job once the cluster grants them.
+It also answers the faults a cluster throws, without the policy's help, in three parts: it reads
+the world (:mod:`gyrectl.coordinator.observation`), asks :mod:`gyrectl.coordinator.recovery` what
+to do about it (restart a server, retry a training step, lose or place a cell, give up), and does
+that here, at the edge.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
-from gyrectl.cluster.base import Cluster, Node, StepState, StepStatus
+from gyrectl.cluster.base import Cluster, Node
 from gyrectl.coordinator.actions import Action, Dispatch, ExtendTrain, MoveCell, StartServer, StartTrain, SyncWeights
 from gyrectl.coordinator.events import (CellLost, CellPlaced, Dispatched, Event, PhaseChanged, StepFailed,
                                         SyncStarted, TrainEnded, TrainExtended, TrainRetried, TrainStarted)
+from gyrectl.coordinator.observation import read_world
 from gyrectl.coordinator.ports import Clock, RolloutGateway, StepBuilder
+from gyrectl.coordinator.recovery import (EndTraining, GiveUp, LoseCell, PlaceCell, Recovery, RestartServer,
+                                          RetryTraining, RouteServer, StopDrained, recover)
 from gyrectl.coordinator.state import CoordinatorState, Phase
 from gyrectl.errors import RuntimeFailure
-
-_WATCHED = (Phase.STARTING, Phase.RETURNING, Phase.DRAINING)
-MAX_CELL_FAILURES = 3
-"""Steps of one cell that may exit on their own before the run gives up (a node that keeps
-killing its steps is not a fault worth retrying forever)."""
-MAX_TRAIN_ATTEMPTS = 3
-"""Runs of one training step before the run fails (each run has a rendezvous port of its own)."""
 
 
 def cells_of(nodes: Sequence[Node], nodes_per_cell: int) -> list[tuple[str, ...]]:
@@ -84,109 +77,56 @@ class Actuator:
         return self._gateway.poll() + self.observe(state)
 
     def observe(self, state: CoordinatorState) -> list[Event]:
+        """Reads the world, decides how to answer it (:mod:`gyrectl.coordinator.recovery`), and
+        carries that out, in order."""
         now = self._clock.now()
-        lost = self._cluster.lost_cells() - {cell.id for cell in state.cells.by_phase[Phase.LOST]}
-        if lost:  # one at a time: a loss may end the training step the next one is in
-            return self._lose(min(lost), state, now)
-        events = self._place_lost(state, now)
-        for cell in state.cells.select(_WATCHED):
-            if cell.phase is Phase.DRAINING:
-                if self._gateway.sessions(cell.id) == 0:  # with movable executions: at once
-                    self._cluster.stop_step(cell.step_id, grace_s=0.0)
-                    if self._cluster.step_status(cell.step_id).state.ended:  # stamped after the stop took
-                        events.append(PhaseChanged(cell=cell.id, phase=Phase.TRAIN, at=self._clock.now()))
-            elif self._server_ready(cell.id, cell.step_id):
-                self._gateway.route(cell.id, routed=True, weight_version=cell.weight_version)
-                events.append(PhaseChanged(cell=cell.id, phase=Phase.ROLLOUT, at=now, step_id=cell.step_id,
-                                           weight_version=cell.weight_version))
-        for cell in state.cells.by_phase[Phase.ROLLOUT]:
-            status = self._cluster.step_status(cell.step_id)
-            if status.state.ended and cell.id not in self._cluster.lost_cells():  # else: lost, next round
-                events += self._restart_server(cell.id, cell.step_id, cell.failures, status.exit_code, state.version,
-                                               now)
-        if state.train is not None:
-            events += self._observe_training(state, now)
-        return events
+        seen = read_world(state, cluster=self._cluster, gateway=self._gateway)
+        return [event for recovery in recover(state, seen) for event in self._recover(recovery, now)]
 
-    def _lose(self, cell: int, state: CoordinatorState, now: float) -> list[Event]:
-        """Nothing the cell ran survives its nodes: its calls go to other servers, and a training
-        step it was in stops on every member and gives its batch back."""
-        self._gateway.route(cell, routed=False)
-        members = state.train.cells if state.train is not None and cell in state.train.cells else ()
-        for member in sorted({cell, *members}):
-            if step_id := state.cells[member].step_id:
+    def _recover(self, recovery: Recovery, now: float) -> list[Event]:
+        match recovery:
+            case LoseCell(cell=cell, stop=stop, release=index):
+                self._gateway.route(cell, routed=False)
+                self._stop(stop)
+                if index is not None:
+                    self._gateway.release(index=index)
+                return [CellLost(cell=cell, at=now, nodes=self.cell_nodes[cell])]
+            case PlaceCell(cell=cell, nodes=nodes):
+                self.cell_nodes[cell] = tuple(node.name for node in nodes)
+                self._gateway.place(cell, self._steps.server_url(cell=cell, address=nodes[0].address))
+                return [CellPlaced(cell=cell, nodes=self.cell_nodes[cell], at=now)]
+            case StopDrained(cell=cell, step_id=step_id):
                 self._cluster.stop_step(step_id, grace_s=0.0)
-        if state.train is not None and members:
-            self._gateway.release(index=state.train.index)
-        return [CellLost(cell=cell, at=now, nodes=self.cell_nodes[cell])]
+                if not self._cluster.step_status(step_id).state.ended:
+                    return []  # the stop has not taken yet: asked again next round
+                return [PhaseChanged(cell=cell, phase=Phase.TRAIN, at=self._clock.now())]  # stamped after it took
+            case RouteServer(cell=cell, step_id=step_id, weight_version=version):
+                self._gateway.route(cell, routed=True, weight_version=version)
+                return [PhaseChanged(cell=cell, phase=Phase.ROLLOUT, at=now, step_id=step_id, weight_version=version)]
+            case RestartServer(cell=cell, step_id=step_id, exit_code=exit_code, version=version):
+                self._gateway.route(cell, routed=False)
+                failed = StepFailed(cell=cell, step_id=step_id, role="rollout", exit_code=exit_code, at=now)
+                return [failed, self._start_server(cell, Phase.STARTING, version, now)]
+            case RetryTraining():
+                return self._retry_training(recovery, now)
+            case EndTraining(index=index, stop=stop):
+                self._stop(stop)  # members still joining when the step completed
+                return [TrainEnded(index=index, at=now)]
+            case GiveUp(message=message):
+                raise RuntimeFailure(message)
+        raise AssertionError(f"unhandled recovery {recovery!r}")
 
-    def _place_lost(self, state: CoordinatorState, now: float) -> list[Event]:
-        """Lost cells whose replacement nodes the cluster granted come back idle there."""
-        events: list[Event] = []
-        for cell in state.cells.by_phase[Phase.LOST]:
-            nodes = self._cluster.replacement(cell.id)
-            if nodes is None:
-                continue
-            self.cell_nodes[cell.id] = tuple(node.name for node in nodes)
-            self._gateway.place(cell.id, self._steps.server_url(cell=cell.id, address=nodes[0].address))
-            events.append(CellPlaced(cell=cell.id, nodes=self.cell_nodes[cell.id], at=now))
-        return events
+    def _retry_training(self, retry: RetryTraining, now: float) -> list[Event]:
+        failed = [StepFailed(cell=cell, step_id=step_id, role="train", exit_code=exit_code, at=now)
+                  for cell, step_id, exit_code in retry.failed]
+        self._stop(retry.stop)  # the rest of a broken rendezvous
+        step_ids = tuple(self._start_member(c, retry.index, members=retry.cells, attempt=retry.attempt)
+                         for c in retry.cells)
+        return failed + [TrainRetried(index=retry.index, at=self._clock.now(), step_ids=step_ids)]
 
-    def _restart_server(self, cell: int, step_id: str, failures: int, exit_code: int | None, version: int,
-                        now: float) -> list[Event]:
-        """A serving cell's server died under its calls: they move to other servers (or wait for
-        one), and the cell starts a new server with the latest weights."""
-        if failures + 1 >= MAX_CELL_FAILURES:
-            raise RuntimeFailure(f"the rollout server of cell {cell} exited {failures + 1} times (last exit code "
-                                 f"{exit_code}); see its step log")
-        self._gateway.route(cell, routed=False)
-        failed = StepFailed(cell=cell, step_id=step_id, role="rollout", exit_code=exit_code, at=now)
-        return [failed, self._start_server(cell, Phase.STARTING, version, now)]
-
-    def _server_ready(self, cell: int, step_id: str) -> bool:
-        status = self._cluster.step_status(step_id)
-        if status.state.ended and cell in self._cluster.lost_cells():
-            return False  # its nodes are gone: the next round reports the cell lost
-        if status.state.ended:
-            raise RuntimeFailure(f"the rollout server of cell {cell} exited while starting "
-                                 f"({status.state.value}, exit code {status.exit_code}); see its step log")
-        return status.state is StepState.RUNNING and self._gateway.ready(cell)
-
-    def _observe_training(self, state: CoordinatorState, now: float) -> list[Event]:
-        assert state.train is not None
-        members = [state.cells[c].step_id for c in state.train.cells]
-        # Members of one rendezvous end together (torchrun fails the whole group if one fails), so
-        # watching the first member says when the step ended; then every member is looked at.
-        if not self._cluster.step_status(members[0]).state.ended:
-            return []
-        statuses = [self._cluster.step_status(step_id) for step_id in members]
-        if set(state.train.cells) & self._cluster.lost_cells():
-            return []  # a member's nodes are gone: the next round abandons the step, no retry on them
-        if any(status.state is StepState.FAILED for status in statuses):
-            return self._retry_training(state, statuses, now)
-        if not any(status.state is StepState.SUCCEEDED for status in statuses):
-            return []
-        for status in statuses:
-            if not status.state.ended:  # a member still joining when the step completed
-                self._cluster.stop_step(status.step_id, grace_s=0.0)
-        return [TrainEnded(index=state.train.index, at=now)]
-
-    def _retry_training(self, state: CoordinatorState, statuses: list[StepStatus], now: float) -> list[Event]:
-        train = state.train
-        assert train is not None
-        if train.attempt + 1 >= MAX_TRAIN_ATTEMPTS:
-            raise RuntimeFailure(f"training step {train.index} failed {train.attempt + 1} times; see "
-                                 f"logs/train-step{train.index}-cell*.log")
-        events: list[Event] = []
-        for cell, status in zip(train.cells, statuses, strict=True):
-            if status.state is StepState.FAILED:
-                events.append(StepFailed(cell=cell, step_id=status.step_id, role="train", exit_code=status.exit_code,
-                                         at=now))
-            elif not status.state.ended:
-                self._cluster.stop_step(status.step_id, grace_s=0.0)  # the rest of a broken rendezvous
-        step_ids = tuple(self._start_member(c, train.index, members=train.cells, attempt=train.attempt + 1)
-                         for c in train.cells)
-        return events + [TrainRetried(index=train.index, at=self._clock.now(), step_ids=step_ids)]
+    def _stop(self, step_ids: Iterable[str]) -> None:
+        for step_id in step_ids:
+            self._cluster.stop_step(step_id, grace_s=0.0)  # nothing they hold is worth waiting for
 
     def _start_server(self, cell: int, phase: Phase, version: int, now: float) -> PhaseChanged:
         spec = self._steps.rollout(cell=cell, nodes=self.cell_nodes[cell], version=version)

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from gyrectl.cluster.base import StepSpec
 from gyrectl.config.schema import Config
-from gyrectl.coordinator.actuator import MAX_TRAIN_ATTEMPTS
 from gyrectl.coordinator.ports import batch_name
+from gyrectl.coordinator.recovery import MAX_TRAIN_ATTEMPTS
 from gyrectl.rollout.server import rollout_server, server_url
 from gyrectl.run.rundir import RunDir
 

@@ -1,0 +1,80 @@
+"""What the coordinator reads from the cluster and the gateway each round, before it decides how to
+answer faults (:mod:`gyrectl.coordinator.recovery`): one frozen record, read without starting,
+stopping or routing anything.
+
+It reads only what the state makes worth reading (the step of each cell on its way in or out of
+rollout, each serving cell's server, the training step), in the same order and as lazily as the
+actuator always has, because some reads tell the cluster something: on the ``cells`` layout a
+step that ended is probed and its cell may then be reported lost, and the first read of a lost
+cell's replacement asks Slurm for new nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from gyrectl.cluster.base import Cluster, Node, StepState, StepStatus
+from gyrectl.coordinator.ports import RolloutGateway
+from gyrectl.coordinator.state import CoordinatorState, Phase
+
+MOVING = (Phase.STARTING, Phase.RETURNING, Phase.DRAINING)
+"""Cells between rollout and training, whose step (or sessions) say when the move is done."""
+
+
+@dataclass(frozen=True)
+class Observation:
+    lost: frozenset[int] = frozenset()
+    """Cells whose nodes the cluster lost, read first: the losses this round answers."""
+    lost_later: frozenset[int] = frozenset()
+    """The same, read again after the step statuses (a step that ended may have shown its cell
+    lost): a step that ended there is not retried, and its cell's loss is answered next round."""
+    granted: Mapping[int, tuple[Node, ...]] = field(default_factory=dict)
+    """Replacement nodes the cluster granted, per cell the state knows as lost."""
+    steps: Mapping[str, StepStatus] = field(default_factory=dict)
+    """Status of the server step of every starting, returning and serving cell."""
+    sessions: Mapping[int, int] = field(default_factory=dict)
+    """Executions each draining cell's server still holds."""
+    ready: frozenset[int] = frozenset()
+    """Starting or returning cells whose server step runs and answers at the gateway."""
+    training: tuple[StepStatus, ...] = ()
+    """Every member of the training step, in its cells' order, once the step ended (empty while it
+    runs, or when there is none)."""
+
+
+def read_world(state: CoordinatorState, *, cluster: Cluster, gateway: RolloutGateway) -> Observation:
+    lost = frozenset(cluster.lost_cells())
+    if lost - {cell.id for cell in state.cells.by_phase[Phase.LOST]}:
+        # One loss is answered per round (it may end the training step the next one is in), and
+        # nothing else is read: a replacement asked for now would be asked a round early.
+        return Observation(lost=lost)
+    granted = {cell.id: tuple(nodes) for cell in state.cells.by_phase[Phase.LOST]
+               if (nodes := cluster.replacement(cell.id)) is not None}
+    steps: dict[str, StepStatus] = {}
+    sessions: dict[int, int] = {}
+    ready: set[int] = set()
+    for cell in state.cells.select(MOVING):
+        if cell.phase is Phase.DRAINING:
+            sessions[cell.id] = gateway.sessions(cell.id)
+            continue
+        steps[cell.step_id] = status = cluster.step_status(cell.step_id)
+        if status.state is StepState.RUNNING and gateway.ready(cell.id):
+            ready.add(cell.id)
+    for cell in state.cells.by_phase[Phase.ROLLOUT]:
+        steps[cell.step_id] = cluster.step_status(cell.step_id)
+    training = _training(state, cluster)
+    ended = any(status.state.ended for status in (*steps.values(), *training))
+    lost_later = frozenset(cluster.lost_cells()) if ended else lost
+    return Observation(lost=lost, lost_later=lost_later, granted=granted, steps=steps, sessions=sessions,
+                       ready=frozenset(ready), training=training)
+
+
+def _training(state: CoordinatorState, cluster: Cluster) -> tuple[StepStatus, ...]:
+    if state.train is None:
+        return ()
+    members = [state.cells[c].step_id for c in state.train.cells]
+    # Members of one rendezvous end together (torchrun fails the whole group if one fails), so
+    # watching the first member says when the step ended; then every member is looked at.
+    if not cluster.step_status(members[0]).state.ended:
+        return ()
+    return tuple(cluster.step_status(step_id) for step_id in members)

@@ -1,0 +1,175 @@
+"""How the coordinator answers what the world did, without the policy's help: pure functions from
+``(CoordinatorState, Observation)`` to small frozen records that the actuator carries out.
+
+- A starting or returning cell whose server answers joins the routing; a draining cell whose
+  server holds no more sessions has its step stopped (its executions moved to other servers).
+- A serving cell's server step that exits on its own (killed, crashed) is started again with the
+  latest weights while the gateway re-sends its calls elsewhere; a training step that fails is
+  started again on the same cells with the same batch (the trainer starts each step over from its
+  input weights). Either gives up after a few tries.
+- A cell whose nodes the cluster lost (``cells`` layout: a crashed node) leaves the routing, takes
+  the training step it was in down with it (the batch goes back to the buffer), and comes back
+  idle on the nodes of a replacement job once the cluster grants them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gyrectl.cluster.base import Node, StepState
+from gyrectl.coordinator.observation import MOVING, Observation
+from gyrectl.coordinator.state import CoordinatorState, Phase
+
+MAX_CELL_FAILURES = 3
+"""Steps of one cell that may exit on their own before the run gives up (a node that keeps
+killing its steps is not a fault worth retrying forever)."""
+MAX_TRAIN_ATTEMPTS = 3
+"""Runs of one training step before the run fails (each run has a rendezvous port of its own)."""
+
+
+@dataclass(frozen=True)
+class LoseCell:
+    """Take the cell out of the routing, stop ``stop`` (its step, and every member of a training
+    step it was in) and give back the batch of training step ``release`` (None: none was running)."""
+
+    cell: int
+    stop: tuple[str, ...]
+    release: int | None
+
+
+@dataclass(frozen=True)
+class PlaceCell:
+    """A lost cell has nodes again: the gateway reaches its next server there."""
+
+    cell: int
+    nodes: tuple[Node, ...]
+
+
+@dataclass(frozen=True)
+class StopDrained:
+    """The draining cell's server holds no sessions: stop it; the cell trains once the stop took."""
+
+    cell: int
+    step_id: str
+
+
+@dataclass(frozen=True)
+class RouteServer:
+    """The cell's started server answers: route calls to it."""
+
+    cell: int
+    step_id: str
+    weight_version: int
+
+
+@dataclass(frozen=True)
+class RestartServer:
+    """The serving cell's server step exited on its own: start a new one with weights ``version``."""
+
+    cell: int
+    step_id: str
+    exit_code: int | None
+    version: int
+
+
+@dataclass(frozen=True)
+class RetryTraining:
+    """Training step ``index`` failed: record the ``failed`` members ``(cell, step_id, exit_code)``,
+    stop the ones still running, and start every member again as run ``attempt``."""
+
+    index: int
+    cells: tuple[int, ...]
+    attempt: int
+    failed: tuple[tuple[int, str, int | None], ...]
+    stop: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class EndTraining:
+    """Training step ``index`` succeeded; ``stop`` are members still joining when it completed."""
+
+    index: int
+    stop: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class GiveUp:
+    """A fault happened once too often (or where it cannot be answered): the run fails with ``message``."""
+
+    message: str
+
+
+Recovery = LoseCell | PlaceCell | StopDrained | RouteServer | RestartServer | RetryTraining | EndTraining | GiveUp
+
+
+def recover(state: CoordinatorState, seen: Observation) -> list[Recovery]:
+    """Everything to do about ``seen``, in the order it is to be done (a ``GiveUp`` ends the run
+    where it stands)."""
+    lost = seen.lost - {cell.id for cell in state.cells.by_phase[Phase.LOST]}
+    if lost:  # one at a time: a loss may end the training step the next one is in
+        return [lose_cell(state, min(lost))]
+    return [*place_cells(seen), *finish_moves(state, seen), *restart_servers(state, seen),
+            *watch_training(state, seen)]
+
+
+def lose_cell(state: CoordinatorState, cell: int) -> LoseCell:
+    """Nothing the cell ran survives its nodes; a training step it was in stops on every member."""
+    members = state.train.cells if state.train is not None and cell in state.train.cells else ()
+    stop = tuple(step_id for member in sorted({cell, *members}) if (step_id := state.cells[member].step_id))
+    return LoseCell(cell=cell, stop=stop, release=state.train.index if state.train is not None and members else None)
+
+
+def place_cells(seen: Observation) -> list[PlaceCell]:
+    return [PlaceCell(cell=cell, nodes=nodes) for cell, nodes in seen.granted.items()]
+
+
+def finish_moves(state: CoordinatorState, seen: Observation) -> list[Recovery]:
+    """Draining cells without sessions stop their server; started servers that answer are routed."""
+    recoveries: list[Recovery] = []
+    for cell in state.cells.select(MOVING):
+        if cell.phase is Phase.DRAINING:
+            if seen.sessions[cell.id] == 0:  # with movable executions: at once
+                recoveries.append(StopDrained(cell=cell.id, step_id=cell.step_id))
+            continue
+        status = seen.steps[cell.step_id]
+        if status.state.ended and cell.id not in seen.lost_later:  # lost ones are answered next round
+            return recoveries + [GiveUp(f"the rollout server of cell {cell.id} exited while starting "
+                                        f"({status.state.value}, exit code {status.exit_code}); see its step log")]
+        if cell.id in seen.ready:
+            recoveries.append(RouteServer(cell=cell.id, step_id=cell.step_id, weight_version=cell.weight_version))
+    return recoveries
+
+
+def restart_servers(state: CoordinatorState, seen: Observation) -> list[Recovery]:
+    """A serving cell's server died under its calls: they move to other servers (or wait for one),
+    and the cell starts a new server with the latest weights."""
+    recoveries: list[Recovery] = []
+    for cell in state.cells.by_phase[Phase.ROLLOUT]:
+        status = seen.steps[cell.step_id]
+        if not status.state.ended or cell.id in seen.lost_later:  # lost: answered next round
+            continue
+        if cell.failures + 1 >= MAX_CELL_FAILURES:
+            return recoveries + [GiveUp(f"the rollout server of cell {cell.id} exited {cell.failures + 1} times "
+                                        f"(last exit code {status.exit_code}); see its step log")]
+        recoveries.append(RestartServer(cell=cell.id, step_id=cell.step_id, exit_code=status.exit_code,
+                                        version=state.version))
+    return recoveries
+
+
+def watch_training(state: CoordinatorState, seen: Observation) -> list[Recovery]:
+    """An ended training step is retried if a member failed, or ended if one succeeded."""
+    train, statuses = state.train, seen.training
+    if train is None or not statuses or set(train.cells) & seen.lost_later:
+        return []  # still running; or a member's nodes are gone: the next round abandons it, no retry on them
+    running = tuple(status.step_id for status in statuses if not status.state.ended)
+    if any(status.state is StepState.FAILED for status in statuses):
+        if train.attempt + 1 >= MAX_TRAIN_ATTEMPTS:
+            return [GiveUp(f"training step {train.index} failed {train.attempt + 1} times; see "
+                           f"logs/train-step{train.index}-cell*.log")]
+        failed = tuple((cell, status.step_id, status.exit_code)
+                       for cell, status in zip(train.cells, statuses, strict=True) if status.state is StepState.FAILED)
+        return [RetryTraining(index=train.index, cells=train.cells, attempt=train.attempt + 1, failed=failed,
+                              stop=running)]
+    if not any(status.state is StepState.SUCCEEDED for status in statuses):
+        return []  # every member was stopped, none finished: nothing to answer
+    return [EndTraining(index=train.index, stop=running)]
