@@ -14,14 +14,13 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from functools import reduce
 from typing import Any, Callable, TypeVar
 
 from gyrectl.config.schema import Config
 from gyrectl.coordinator.actuator import group_cells
-from gyrectl.coordinator.events import Event, apply
-from gyrectl.coordinator.journal import read_journal
-from gyrectl.coordinator.state import initial_state, limits_from_config
+from gyrectl.coordinator.events import Event
+from gyrectl.coordinator.journal import read_journal, replay
+from gyrectl.coordinator.state import limits_from_config
 from gyrectl.coordinator.views import cell_rows, moves, placed_cells
 from gyrectl.run.files import STEP_METRICS, check_fields, read_cells, read_job, read_nodes, read_servers, run_config
 from gyrectl.run.rundir import DamagedRunFile, RunDir
@@ -223,7 +222,7 @@ def _with_coordinator(view: RunView, nodes: list[dict[str, Any]], config: Config
     rebuilds its state (nothing when no coordinator has written one)."""
     if not events:
         return view
-    state = reduce(apply, events, initial_state(limits_from_config(config)))
+    state = replay(events, limits_from_config(config))
     # Rows of replacement nodes are appended after the discovered ones; the journal says where they went.
     discovered = [str(n["name"]) for n in nodes if n.get("het_group") == 1][:config.num_cells * config.cells.nodes_per_cell]
     cell_nodes = placed_cells(events, group_cells(discovered, config.cells.nodes_per_cell))

@@ -3,7 +3,6 @@ answer, the elastic policy with fewer cells, and what ``status`` makes of it."""
 
 from __future__ import annotations
 
-from functools import reduce
 from pathlib import Path
 
 from gyrectl.cluster.base import Cluster, Node, StepSpec, StepState, StepStatus
@@ -12,7 +11,8 @@ from gyrectl.coordinator.actions import MoveCell, StartServer, StartTrain
 from gyrectl.coordinator.actuator import Actuator
 from gyrectl.coordinator.events import (CellLost, CellPlaced, Dispatched, Finished, PhaseChanged, TrainStarted, apply,
                                         from_record, to_record)
-from gyrectl.coordinator.state import Limits, Phase, initial_state
+from gyrectl.coordinator.journal import replay
+from gyrectl.coordinator.state import Limits, Phase
 from gyrectl.coordinator.views import moves, placed_cells
 from gyrectl.launch.steps import step_factory
 from gyrectl.run.rundir import RunDir
@@ -29,7 +29,7 @@ def _training_state():
               PhaseChanged(cell=1, phase=Phase.TRAIN, at=2.0),
               Finished(seq=0, version=0, timed_out=False, at=3.0), Finished(seq=1, version=0, timed_out=False, at=3.0),
               TrainStarted(index=0, cells=(1,), take=((0, 0, 2),), at=4.0, step_ids=("train1",))]
-    return reduce(apply, events, initial_state(LIMITS))
+    return replay(events, LIMITS)
 
 
 def test_a_cell_lost_in_training_gives_the_batch_back_and_comes_back_idle() -> None:

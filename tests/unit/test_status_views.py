@@ -3,10 +3,9 @@ fault events' folds (a failed step counted, a retried training step keeping its 
 
 from __future__ import annotations
 
-from functools import reduce
-
 from gyrectl.coordinator.events import (PhaseChanged, StepFailed, TrainEnded, TrainRetried, TrainStarted, apply,
                                         from_record, to_record)
+from gyrectl.coordinator.journal import replay
 from gyrectl.coordinator.state import Limits, Phase, initial_state
 from gyrectl.coordinator.views import cell_rows, moves
 
@@ -31,7 +30,7 @@ def test_moves_each_way_with_durations_and_one_under_way() -> None:
 def test_cell_rows_show_role_phase_and_served_weights() -> None:
     events = [PhaseChanged(cell=0, phase=Phase.ROLLOUT, at=5.0, step_id="a", weight_version=3),
               PhaseChanged(cell=1, phase=Phase.TRAIN, at=6.0)]
-    rows = cell_rows(reduce(apply, events, initial_state(LIMITS)), [("n2",), ("n3",)])
+    rows = cell_rows(replay(events, LIMITS), [("n2",), ("n3",)])
     assert rows == [
         {"id": 0, "nodes": ["n2"], "role": "rollout", "phase": "rollout", "since": 5.0, "weight_version": 3,
          "in_training_step": False},
