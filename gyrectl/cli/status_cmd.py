@@ -14,9 +14,9 @@ from rich.markup import escape
 
 from gyrectl.cli.options import DEFAULT_ROOT, JsonOpt, RootOpt, RunArg
 from gyrectl.cli.render import emit_json, err, out, skipped_text, table
+from gyrectl.cli.timeline import draw_timeline
 from gyrectl.coordinator.journal import read_events
 from gyrectl.coordinator.state import initial_state, limits_from_config
-from gyrectl.coordinator.timeline import draw_timeline
 from gyrectl.errors import RuntimeFailure, UserError
 from gyrectl.launch.status import RunView, run_view
 from gyrectl.run.files import run_config
