@@ -91,3 +91,11 @@ def test_status_json_values_of_the_coordinator_rows(cli, tmp_path: Path) -> None
     assert view["executions"] == {"dispatched": 4, "in_flight": 0, "finished": 4, "trained": 4}
     assert (view["steps"], view["servers"], view["servers_at"]) == ([STEP], [SERVER], T0 + 65)
     assert view["records_read"] == {"journal.jsonl": len(EVENTS) + 1, "metrics.jsonl": 1}
+
+
+def test_status_json_before_any_coordinator_event(cli, tmp_path: Path) -> None:
+    run = RunDir.create(tmp_path, "new")
+    run.config_file.write_text(dump_config(load_config("configs/local-tiny.yaml")))
+    view = json.loads(cli("status", str(run.path), "--json").stdout)
+    assert {key: view[key] for key in ("nodes", "steps", "cells", "moves", "executions", "training", "servers")} == {
+        "nodes": [], "steps": [], "cells": [], "moves": [], "executions": {}, "training": None, "servers": []}
