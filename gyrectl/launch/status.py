@@ -26,7 +26,7 @@ from gyrectl.coordinator.journal import read_journal, replay
 from gyrectl.coordinator.state import limits_from_config
 from gyrectl.coordinator.views import (CellRow, ExecutionCounts, Move, TrainingRow, cell_rows, execution_counts, moves,
                                        placed_cells, training_row)
-from gyrectl.launch.status_rows import JobComponent, NodeRow, ServerRow, StepRow
+from gyrectl.launch.status_rows import ComponentRow, NodeRow, ServerRow, StepRow
 from gyrectl.run.files import STEP_METRICS, check_fields, read_cells, read_job, read_nodes, read_servers, run_config
 from gyrectl.run.rundir import DamagedRunFile, RunDir
 from gyrectl.store.damage import Skipped
@@ -44,7 +44,7 @@ class JobView:
     """``pending`` | ``running`` | ``ended`` | ``unknown``."""
     slurm_state: str = ""
     reason: str = ""
-    components: list[JobComponent] = field(default_factory=list)
+    components: list[ComponentRow] = field(default_factory=list)
     error: str = ""
     """What failed, when the head ended on a failure (``reason`` = ``failed``)."""
 
@@ -168,8 +168,8 @@ def _slurm_job_view(run: RunDir, job_id: str, *, layout: str, damaged: dict[str,
         state = "pending"
         reason = f"cell jobs waiting for nodes ({waiting[0]['reason']})" if waiting else "starting its cell jobs"
     return JobView(id=job_id, backend="slurm", state=state, slurm_state=",".join(states), reason=reason,
-                   components=[JobComponent(id=c.job_id, state=c.state, nodes=c.nodes) for c in components]
-                   + [JobComponent(id=c["id"], state=c["state"], nodes=c["nodes"], cell=c["cell"]) for c in cells],
+                   components=[ComponentRow(id=c.job_id, state=c.state, nodes=c.nodes) for c in components]
+                   + [ComponentRow(id=c["id"], state=c["state"], nodes=c["nodes"], cell=c["cell"]) for c in cells],
                    error=error)
 
 

@@ -77,7 +77,7 @@ class StepRow(_FileRow):
 
 
 @dataclass(frozen=True)
-class JobComponent:
+class ComponentRow:
     """Slurm's view of a part of the run's job: a component of the head's job, or (cells layout)
     the job of a cell, or of its replacement (``cell`` names it)."""
 
