@@ -44,8 +44,8 @@ def _follow_plain(run: RunDir, interval: float) -> RunView:
     view = run_view(run)
     while True:
         for step in view.steps[seen:]:
-            err.print(f"step {step['step']}: reward mean {step['reward_mean']:.3f}, {step['executions']} executions, "
-                      f"{step['trained_tokens']} trained tokens, {step['duration_s']:.1f} s", highlight=False)
+            err.print(f"step {step.step}: reward mean {step.reward_mean:.3f}, {step.executions} executions, "
+                      f"{step.trained_tokens} trained tokens, {step.duration_s:.1f} s", highlight=False)
         seen = len(view.steps)
         if view.job.state == "ended":
             return view

@@ -10,10 +10,10 @@ import typer
 
 from gyrectl.cli.options import ConfigArg, JsonOpt, SetOpt
 from gyrectl.cli.render import emit_json
+from gyrectl.cli.timeline import draw_timeline
 from gyrectl.config import load_config
 from gyrectl.coordinator.state import initial_state, limits_from_config
 from gyrectl.sim.run import simulate
-from gyrectl.coordinator.timeline import draw_timeline
 from gyrectl.sim.workload import PRESETS
 
 

@@ -14,9 +14,9 @@ from rich.markup import escape
 
 from gyrectl.cli.options import DEFAULT_ROOT, JsonOpt, RootOpt, RunArg
 from gyrectl.cli.render import emit_json, err, out, skipped_text, table
+from gyrectl.cli.timeline import draw_timeline
 from gyrectl.coordinator.journal import read_events
 from gyrectl.coordinator.state import initial_state, limits_from_config
-from gyrectl.coordinator.timeline import draw_timeline
 from gyrectl.errors import RuntimeFailure, UserError
 from gyrectl.launch.status import RunView, run_view
 from gyrectl.run.files import run_config
@@ -100,29 +100,29 @@ def render(view: RunView) -> Group:
     head = (f"[bold]{escape(view.name)}[/]  job {escape(job.id)} on {escape(job.backend)}: [{colour}]{job.state}[/]"
             + escape(f"{detail}{reason}\n{view.run_dir}"))
     if job.components:  # Slurm's own view of each component
-        head += escape("\nSlurm: " + "; ".join(f"{c['id']} {c['state']} on {c['nodes'] or '-'}"
-                                             + (f" (cell {c['cell']})" if "cell" in c else "") for c in job.components))
+        head += escape("\nSlurm: " + "; ".join(f"{c.id} {c.state} on {c.nodes or '-'}"
+                                             + (f" (cell {c.cell})" if c.cell is not None else "") for c in job.components))
     if job.error:
         head += f"\n[red]{escape(job.error)}[/]"
-    rows = [(n["name"], n["het_group"], n["gpus"], n["cpus"], n.get("address", ""), n["role"]) for n in view.nodes]
+    rows = [(n.name, n.het_group, n.gpus, n.cpus, n.address, n.role) for n in view.nodes]
     parts: list[object] = [head, table("nodes", ["node", "het group", "GPUs", "CPUs", "address", "role"], rows)]
     if view.cells:
         parts.append(_cells_table(view))
     if view.servers and view.job.state == "running":
         parts.append(table(f"rollout servers at {_clock(view.servers_at or 0)}",
                            ["server", "state", "gateway calls", "engine running", "engine waiting", "weights"],
-                           [(s["name"], s["state"], s["gateway_calls"], _count(s["running"]), _count(s["waiting"]),
-                             "" if s["weight_version"] is None else f"v{s['weight_version']}") for s in view.servers]))
+                           [(s.name, s.state, s.gateway_calls, _count(s.running), _count(s.waiting),
+                             "" if s.weight_version is None else f"v{s.weight_version}") for s in view.servers]))
     if view.moves:
         parts.append(table("recent moves", ["cell", "from", "to", "at", "seconds"],
-                           [(m["cell"], m["from"], m["to"], _clock(m["at"]),
-                             "under way" if m["duration_s"] is None else f"{m['duration_s']:.2f}")
+                           [(m.cell, m.from_role, m.to, _clock(m.at),
+                             "under way" if m.duration_s is None else f"{m.duration_s:.2f}")
                             for m in view.moves[-6:]]))
     if view.steps:
         parts.append(table(f"training steps ({len(view.steps)} of {view.total_steps})",
                            ["step", "reward mean", "executions", "naive tokens", "trained tokens", "weights", "seconds"],
-                           [(s["step"], f"{s['reward_mean']:.3f}", s["executions"], s["naive_tokens"],
-                             s["trained_tokens"], f"v{s['weight_version']}", f"{s['duration_s']:.1f}")
+                           [(s.step, f"{s.reward_mean:.3f}", s.executions, s.naive_tokens,
+                             s.trained_tokens, f"v{s.weight_version}", f"{s.duration_s:.1f}")
                             for s in view.steps[-10:]]))
     if view.skipped:
         parts.append(skipped_text(view.skipped, read=", ".join(
@@ -137,11 +137,12 @@ def render(view: RunView) -> Group:
 def _cells_table(view: RunView) -> object:
     training = view.training
     ex = view.executions
-    title = (f"cells: executions {ex['finished']} finished, {ex['in_flight']} in flight; "
-             + (f"training step {training['index']} on cells {training['cells']} since {_clock(training['started_at'])}"
+    assert ex is not None  # cells and counts come from the same replayed journal
+    title = (f"cells: executions {ex.finished} finished, {ex.in_flight} in flight; "
+             + (f"training step {training.index} on cells {list(training.cells)} since {_clock(training.started_at)}"
                 if training else "no training step running"))
-    rows = [(c["id"], ",".join(c["nodes"]), c["role"], c["phase"] + (" (in step)" if c["in_training_step"] else ""),
-             _clock(c["since"]), "" if c["weight_version"] is None else f"v{c['weight_version']}")
+    rows = [(c.id, ",".join(c.nodes), c.role, c.phase + (" (in step)" if c.in_training_step else ""),
+             _clock(c.since), "" if c.weight_version is None else f"v{c.weight_version}")
             for c in view.cells]
     return table(title, ["cell", "nodes", "role", "phase", "since", "weights"], rows)
 

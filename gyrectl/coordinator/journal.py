@@ -1,20 +1,22 @@
 """The run journal: every coordinator event, one fsync'd JSON line each, in the order applied.
 
-A restarted coordinator calls :func:`replay` and gets the very state it had when it stopped
-(the policy being pure, it then makes the same decisions). A damaged line costs only its own
+A restarted coordinator gets the very state it had when it stopped from :func:`replay` of the
+journal's events (the policy being pure, it then makes the same decisions); ``gyrectl status``
+replays them the same way, so what it shows is what a restarted coordinator would believe. A damaged line costs only its own
 event: it is skipped and reported (:func:`read_journal`), the rest is replayed.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import reduce
 from pathlib import Path
 from typing import Any
 
 from gyrectl.coordinator.events import Event, apply, from_record, is_event_record, to_record
-from gyrectl.coordinator.state import CoordinatorState
+from gyrectl.coordinator.state import CoordinatorState, Limits, initial_state
 from gyrectl.store.damage import Skipped, log_skipped
 from gyrectl.store.jsonl import JsonlAppender, scan_jsonl
 
@@ -73,6 +75,7 @@ def read_events(path: Path) -> list[Event]:
     return journal.events
 
 
-def replay(path: Path, initial: CoordinatorState) -> CoordinatorState:
-    """``initial`` with every journaled event of ``path`` applied."""
-    return reduce(apply, read_events(path), initial)
+def replay(events: Iterable[Event], limits: Limits) -> CoordinatorState:
+    """The state of a coordinator with ``limits`` once ``events`` (a run's journal, oldest first)
+    are applied, from the start of the run."""
+    return reduce(apply, events, initial_state(limits))

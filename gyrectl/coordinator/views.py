@@ -1,10 +1,13 @@
 """What ``gyrectl status`` shows of the coordinator, as pure functions of its state and events:
-one row per cell, and the moves cells made between roles (the ``cells`` and ``moves`` keys of
-``status --json``)."""
+one row per cell, the moves cells made between roles, the training step under way and the
+execution counts (the ``cells``, ``moves``, ``training`` and ``executions`` keys of
+``status --json``). Each is a frozen record; its ``to_json`` is the ``--json`` contract."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from gyrectl.coordinator.events import CellLost, CellPlaced, Event, PhaseChanged
@@ -18,15 +21,82 @@ _ROLE = {Phase.IDLE: "idle", Phase.STARTING: "rollout", Phase.ROLLOUT: "rollout"
 _SERVES = (Phase.ROLLOUT, Phase.DRAINING)
 
 
-def cell_rows(state: CoordinatorState, cell_nodes: Sequence[Sequence[str]]) -> list[dict[str, Any]]:
-    """``id``, ``nodes``, ``role``, ``phase``, ``since`` and ``weight_version`` (the weights its
-    server serves; null while no server serves), plus whether it is in the running training step."""
+@dataclass(frozen=True)
+class CellRow:
+    id: int
+    nodes: tuple[str, ...]
+    role: str
+    """``idle``, ``rollout``, ``train`` or ``lost``: the kind of step on the cell."""
+    phase: str
+    since: float
+    weight_version: int | None
+    """The weights its server serves; None while no server serves."""
+    in_training_step: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "nodes": list(self.nodes), "role": self.role, "phase": self.phase,
+                "since": self.since, "weight_version": self.weight_version, "in_training_step": self.in_training_step}
+
+
+@dataclass(frozen=True)
+class Move:
+    """A cell's move between roles; ``from_role`` is ``from`` in JSON (a Python keyword)."""
+
+    cell: int
+    from_role: str
+    to: str
+    at: float
+    duration_s: float | None
+    """None while the move is under way."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cell": self.cell, "from": self.from_role, "to": self.to, "at": self.at, "duration_s": self.duration_s}
+
+
+@dataclass(frozen=True)
+class TrainingRow:
+    """The training step under way."""
+
+    index: int
+    cells: tuple[int, ...]
+    executions: int
+    started_at: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.index, "cells": list(self.cells), "executions": self.executions,
+                "started_at": self.started_at}
+
+
+@dataclass(frozen=True)
+class ExecutionCounts:
+    dispatched: int
+    in_flight: int
+    finished: int
+    trained: int
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def cell_rows(state: CoordinatorState, cell_nodes: Sequence[Sequence[str]]) -> list[CellRow]:
+    """One row per cell, with whether it is in the running training step."""
     training = set(state.train.cells) if state.train is not None else set()
-    return [{"id": cell.id, "nodes": list(cell_nodes[cell.id]) if cell.id < len(cell_nodes) else [],
-             "role": _ROLE[cell.phase], "phase": cell.phase.value, "since": cell.since,
-             "weight_version": cell.weight_version if cell.phase in _SERVES else None,
-             "in_training_step": cell.id in training}
+    return [CellRow(id=cell.id, nodes=tuple(cell_nodes[cell.id]) if cell.id < len(cell_nodes) else (),
+                    role=_ROLE[cell.phase], phase=cell.phase.value, since=cell.since,
+                    weight_version=cell.weight_version if cell.phase in _SERVES else None,
+                    in_training_step=cell.id in training)
             for cell in state.cells]
+
+
+def training_row(state: CoordinatorState) -> TrainingRow | None:
+    train = state.train
+    return None if train is None else TrainingRow(index=train.index, cells=tuple(train.cells),
+                                                  executions=train.executions, started_at=train.started_at)
+
+
+def execution_counts(state: CoordinatorState) -> ExecutionCounts:
+    return ExecutionCounts(dispatched=state.dispatched, in_flight=state.in_flight, finished=state.finished,
+                           trained=state.trained)
 
 
 def placed_cells(events: Sequence[Event], discovered: Sequence[tuple[str, ...]]) -> list[tuple[str, ...]]:
@@ -38,23 +108,23 @@ def placed_cells(events: Sequence[Event], discovered: Sequence[tuple[str, ...]])
     return nodes
 
 
-def moves(events: Sequence[Event]) -> list[dict[str, Any]]:
+def moves(events: Sequence[Event]) -> list[Move]:
     """Every move between roles, oldest first: ``rollout`` -> ``train`` from the moment the cell
     leaves the routing until its server step is gone, ``train`` -> ``rollout`` from the moment its
-    server starts until it serves. ``duration_s`` is null for a move still under way."""
-    found: list[dict[str, Any]] = []
-    under_way: dict[int, dict[str, Any]] = {}
+    server starts until it serves."""
+    found: list[Move] = []
+    under_way: dict[int, int] = {}  # cell -> its move's index in found
     for event in events:
         if not isinstance(event, PhaseChanged | CellLost):
             continue
         phase = event.phase if isinstance(event, PhaseChanged) else Phase.LOST
         if phase in (Phase.DRAINING, Phase.RETURNING):
-            move = {"cell": event.cell, "from": "rollout" if phase is Phase.DRAINING else "train",
-                    "to": "train" if phase is Phase.DRAINING else "rollout", "at": event.at, "duration_s": None}
-            under_way[event.cell] = move
-            found.append(move)
-        elif (move := under_way.pop(event.cell, None)) is not None:
-            if phase.value != move["to"]:  # ended elsewhere (the cell was lost on the way)
-                move["to"] = _ROLE[phase]
-            move["duration_s"] = round(event.at - move["at"], 3)
+            under_way[event.cell] = len(found)
+            found.append(Move(cell=event.cell, from_role="rollout" if phase is Phase.DRAINING else "train",
+                              to="train" if phase is Phase.DRAINING else "rollout", at=event.at, duration_s=None))
+        elif (i := under_way.pop(event.cell, None)) is not None:
+            move = found[i]
+            # A move that ended elsewhere (the cell was lost on the way) ends in that role.
+            found[i] = dataclasses.replace(move, to=move.to if phase.value == move.to else _ROLE[phase],
+                                           duration_s=round(event.at - move.at, 3))
     return found

@@ -15,7 +15,6 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from functools import reduce
 from pathlib import Path
 
 from gyrectl.capture.store import CaptureWriter
@@ -23,9 +22,9 @@ from gyrectl.cluster.base import Cluster, Node
 from gyrectl.config.schema import Config
 from gyrectl.coordinator.actuator import Actuator, cells_of
 from gyrectl.coordinator.events import CellLost, CellPlaced, Event, PhaseChanged, Resumed, apply
-from gyrectl.coordinator.journal import Journal, read_events
+from gyrectl.coordinator.journal import Journal, read_events, replay
 from gyrectl.coordinator.loop import run_coordinator
-from gyrectl.coordinator.state import CoordinatorState, Phase, initial_state, limits_from_config
+from gyrectl.coordinator.state import CoordinatorState, Phase, limits_from_config
 from gyrectl.gateway.background import BackgroundGateway
 from gyrectl.gateway.settings import GatewaySettings
 from gyrectl.launch.steps import step_factory
@@ -113,7 +112,7 @@ def run_loop(*, run: RunDir, config: Config, cluster: Cluster, nodes: Sequence[N
     try:
         past = read_events(run.journal_file)
         with Journal(run.journal_file) as journal:
-            state = reduce(apply, past, initial_state(limits_from_config(config)))
+            state = replay(past, limits_from_config(config))
             if past:  # a run another head began: take it over where the journal says it was
                 resumed = Resumed(at=time.time(), job_id=os.environ.get("SLURM_JOB_ID", ""))
                 state = apply(state, resumed)

@@ -4,6 +4,9 @@ Job states are folded into four words scripts can rely on — ``pending``, ``run
 ``unknown`` — with Slurm's own word kept beside them (``slurm_state``) and, for an ended run,
 how it ended (``reason``: the head's own record when it had the chance to write one).
 
+The view is typed records (:mod:`gyrectl.launch.status_rows`, :mod:`gyrectl.coordinator.views`);
+their ``to_json`` is the ``status --json`` contract.
+
 A damaged file of the run directory (:mod:`gyrectl.run.files`) does not hide the others:
 the view leaves out what it holds and names it under ``damaged``.
 """
@@ -14,15 +17,16 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from functools import reduce
 from typing import Any, Callable, TypeVar
 
 from gyrectl.config.schema import Config
 from gyrectl.coordinator.actuator import group_cells
-from gyrectl.coordinator.events import Event, apply
-from gyrectl.coordinator.journal import read_journal
-from gyrectl.coordinator.state import initial_state, limits_from_config
-from gyrectl.coordinator.views import cell_rows, moves, placed_cells
+from gyrectl.coordinator.events import Event
+from gyrectl.coordinator.journal import read_journal, replay
+from gyrectl.coordinator.state import limits_from_config
+from gyrectl.coordinator.views import (CellRow, ExecutionCounts, Move, TrainingRow, cell_rows, execution_counts, moves,
+                                       placed_cells, training_row)
+from gyrectl.launch.status_rows import ComponentRow, NodeRow, ServerRow, StepRow
 from gyrectl.run.files import STEP_METRICS, check_fields, read_cells, read_job, read_nodes, read_servers, run_config
 from gyrectl.run.rundir import DamagedRunFile, RunDir
 from gyrectl.store.damage import Skipped
@@ -40,9 +44,13 @@ class JobView:
     """``pending`` | ``running`` | ``ended`` | ``unknown``."""
     slurm_state: str = ""
     reason: str = ""
-    components: list[dict[str, Any]] = field(default_factory=list)
+    components: list[ComponentRow] = field(default_factory=list)
     error: str = ""
     """What failed, when the head ended on a failure (``reason`` = ``failed``)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "backend": self.backend, "state": self.state, "slurm_state": self.slurm_state,
+                "reason": self.reason, "components": [c.to_json() for c in self.components], "error": self.error}
 
 
 @dataclass(frozen=True)
@@ -50,21 +58,21 @@ class RunView:
     run_dir: str
     name: str
     job: JobView
-    nodes: list[dict[str, Any]]
+    nodes: list[NodeRow]
     note: str = ""
-    steps: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[StepRow] = field(default_factory=list)
     """One object per finished training step (the trainer's ``metrics.jsonl`` lines)."""
     total_steps: int = 0
     """Training steps the run is configured for."""
-    cells: list[dict[str, Any]] = field(default_factory=list)
-    """One object per cell (:func:`gyrectl.coordinator.views.cell_rows`), from the journal."""
-    moves: list[dict[str, Any]] = field(default_factory=list)
+    cells: list[CellRow] = field(default_factory=list)
+    """One row per cell (:func:`gyrectl.coordinator.views.cell_rows`), from the journal."""
+    moves: list[Move] = field(default_factory=list)
     """Every move of a cell between roles (:func:`gyrectl.coordinator.views.moves`)."""
-    executions: dict[str, int] = field(default_factory=dict)
-    """``dispatched``, ``in_flight``, ``finished``, ``trained`` executions so far."""
-    training: dict[str, Any] | None = None
-    """The training step under way: ``index``, ``cells``, ``executions``, ``started_at``."""
-    servers: list[dict[str, Any]] = field(default_factory=list)
+    executions: ExecutionCounts | None = None
+    """Executions so far; None (``{}`` in JSON) until a coordinator journaled an event."""
+    training: TrainingRow | None = None
+    """The training step under way."""
+    servers: list[ServerRow] = field(default_factory=list)
     """The rollout servers' load as the head last published it (``gyrectl.rollout.load``)."""
     servers_at: float | None = None
     """When the head published ``servers``."""
@@ -78,10 +86,13 @@ class RunView:
     """Records read and used, per file (``journal.jsonl``, ``metrics.jsonl``)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"run_dir": self.run_dir, "name": self.name, "job": self.job.__dict__, "nodes": self.nodes,
-                "note": self.note, "steps": self.steps, "total_steps": self.total_steps, "cells": self.cells,
-                "moves": self.moves, "executions": self.executions, "training": self.training,
-                "servers": self.servers, "servers_at": self.servers_at, "damaged": self.damaged,
+        return {"run_dir": self.run_dir, "name": self.name, "job": self.job.to_json(),
+                "nodes": [n.to_json() for n in self.nodes], "note": self.note,
+                "steps": [s.to_json() for s in self.steps], "total_steps": self.total_steps,
+                "cells": [c.to_json() for c in self.cells], "moves": [m.to_json() for m in self.moves],
+                "executions": {} if self.executions is None else self.executions.to_json(),
+                "training": None if self.training is None else self.training.to_json(),
+                "servers": [s.to_json() for s in self.servers], "servers_at": self.servers_at, "damaged": self.damaged,
                 "skipped": [s.to_json() for s in self.skipped], "records_read": self.records_read}
 
 
@@ -157,8 +168,9 @@ def _slurm_job_view(run: RunDir, job_id: str, *, layout: str, damaged: dict[str,
         state = "pending"
         reason = f"cell jobs waiting for nodes ({waiting[0]['reason']})" if waiting else "starting its cell jobs"
     return JobView(id=job_id, backend="slurm", state=state, slurm_state=",".join(states), reason=reason,
-                   components=[{"id": c.job_id, "state": c.state, "nodes": c.nodes} for c in components]
-                   + [{key: c[key] for key in ("id", "state", "nodes", "cell")} for c in cells], error=error)
+                   components=[ComponentRow(id=c.job_id, state=c.state, nodes=c.nodes) for c in components]
+                   + [ComponentRow(id=c["id"], state=c["state"], nodes=c["nodes"], cell=c["cell"]) for c in cells],
+                   error=error)
 
 
 def _cell_jobs(run: RunDir, damaged: dict[str, str] | None) -> list[dict[str, Any]]:
@@ -200,43 +212,38 @@ def _is_head_process(pid: int, run: RunDir) -> bool:
 
 def run_view(run: RunDir) -> RunView:
     damaged: dict[str, str] = {}
-    nodes = _read(read_nodes, run, damaged, None)
+    nodes = [NodeRow.of(n) for n in _read(read_nodes, run, damaged, None) or []]
     written = nodes or run.nodes_file.name in damaged
     note = "" if written else "the head has not written the node table yet (job pending or starting)"
-    if nodes and all(n["role"] == "idle" for n in nodes):
+    if nodes and all(n.role == "idle" for n in nodes):
         note = "all nodes idle: no coordinator assigns roles yet"
     load = _read(read_servers, run, damaged, {"at": None, "servers": []})
     config = _read(run_config, run, damaged, None)
     journal, metrics = read_journal(run.journal_file), scan_jsonl(run.metrics_file)
     steps, refused = finished_steps(metrics)
-    view = RunView(run_dir=str(run.path), name=run.name, job=job_view(run, damaged=damaged), nodes=nodes or [],
+    view = RunView(run_dir=str(run.path), name=run.name, job=job_view(run, damaged=damaged), nodes=nodes,
                    note=note, steps=steps, total_steps=config.run.steps if config else 0,
-                   servers=load["servers"], servers_at=load["at"], damaged=damaged,
+                   servers=[ServerRow.of(s) for s in load["servers"]], servers_at=load["at"], damaged=damaged,
                    skipped=sorted(journal.skipped + metrics.skipped + refused, key=lambda s: (s.path, s.offset)),
                    records_read={run.journal_file.name: len(journal.records),
                                  run.metrics_file.name: len(metrics.records) - len(refused)})
-    return view if config is None else _with_coordinator(view, nodes or [], config, journal.events)
+    return view if config is None else _with_coordinator(view, nodes, config, journal.events)
 
 
-def _with_coordinator(view: RunView, nodes: list[dict[str, Any]], config: Config, events: list[Event]) -> RunView:
+def _with_coordinator(view: RunView, nodes: list[NodeRow], config: Config, events: list[Event]) -> RunView:
     """The coordinator's view, rebuilt from the journal the same way a restarted coordinator
     rebuilds its state (nothing when no coordinator has written one)."""
     if not events:
         return view
-    state = reduce(apply, events, initial_state(limits_from_config(config)))
+    state = replay(events, limits_from_config(config))
     # Rows of replacement nodes are appended after the discovered ones; the journal says where they went.
-    discovered = [str(n["name"]) for n in nodes if n.get("het_group") == 1][:config.num_cells * config.cells.nodes_per_cell]
+    discovered = [n.name for n in nodes if n.het_group == 1][:config.num_cells * config.cells.nodes_per_cell]
     cell_nodes = placed_cells(events, group_cells(discovered, config.cells.nodes_per_cell))
-    training = None if state.train is None else {
-        "index": state.train.index, "cells": list(state.train.cells), "executions": state.train.executions,
-        "started_at": state.train.started_at}
-    return dataclasses.replace(
-        view, cells=cell_rows(state, cell_nodes), moves=moves(events), training=training,
-        executions={"dispatched": state.dispatched, "in_flight": state.in_flight, "finished": state.finished,
-                    "trained": state.trained})
+    return dataclasses.replace(view, cells=cell_rows(state, cell_nodes), moves=moves(events),
+                               training=training_row(state), executions=execution_counts(state))
 
 
-def finished_steps(metrics: JsonlContents) -> tuple[list[dict[str, Any]], list[Skipped]]:
+def finished_steps(metrics: JsonlContents) -> tuple[list[StepRow], list[Skipped]]:
     """The trainer's metrics lines, one per finished step, in step order (a retried step once),
     and the lines without a finished step's fields (damage that still parsed)."""
     by_step: dict[int, dict[str, Any]] = {}
@@ -248,4 +255,4 @@ def finished_steps(metrics: JsonlContents) -> tuple[list[dict[str, Any]], list[S
             refused.append(metrics.refused(i, f"not a finished step's metrics: {exc.problem}"))
             continue
         by_step[record["step"]] = record
-    return [by_step[step] for step in sorted(by_step)], refused
+    return [StepRow.of(by_step[step]) for step in sorted(by_step)], refused

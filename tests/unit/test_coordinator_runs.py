@@ -69,7 +69,7 @@ def test_restarted_coordinator_continues_with_the_same_decisions(tmp_path):
     crashed = run_coordinator(state=initial, decide=elastic.decide, actuator=simulated_actuator(config, world, gateway),
                               journal=journal, now=gateway.now, stop=lambda s: s.version >= 2)
     journal.close()  # the coordinator dies here
-    resumed = replay(path, initial)
+    resumed = replay(read_events(path), initial.limits)
     assert resumed == crashed
     with Journal(path, fsync=False) as journal:
         run_coordinator(state=resumed, decide=elastic.decide, actuator=simulated_actuator(config, world, gateway),
@@ -82,4 +82,4 @@ def test_journal_replays_to_the_same_state(tmp_path):
     journal = tmp_path / "journal.jsonl"
     sim = simulate(config, workload_spec=workload([5, 50, 8, 300, 20, 7]), journal_path=journal)
     assert read_events(journal) == sim.events
-    assert replay(journal, initial_state(limits_from_config(config))) == check_invariants(config, sim.events)
+    assert replay(read_events(journal), limits_from_config(config)) == check_invariants(config, sim.events)

@@ -3,7 +3,6 @@ answer, the elastic policy with fewer cells, and what ``status`` makes of it."""
 
 from __future__ import annotations
 
-from functools import reduce
 from pathlib import Path
 
 from gyrectl.cluster.base import Cluster, Node, StepSpec, StepState, StepStatus
@@ -12,7 +11,8 @@ from gyrectl.coordinator.actions import MoveCell, StartServer, StartTrain
 from gyrectl.coordinator.actuator import Actuator
 from gyrectl.coordinator.events import (CellLost, CellPlaced, Dispatched, Finished, PhaseChanged, TrainStarted, apply,
                                         from_record, to_record)
-from gyrectl.coordinator.state import Limits, Phase, initial_state
+from gyrectl.coordinator.journal import replay
+from gyrectl.coordinator.state import Limits, Phase
 from gyrectl.coordinator.views import moves, placed_cells
 from gyrectl.launch.steps import step_factory
 from gyrectl.run.rundir import RunDir
@@ -29,7 +29,7 @@ def _training_state():
               PhaseChanged(cell=1, phase=Phase.TRAIN, at=2.0),
               Finished(seq=0, version=0, timed_out=False, at=3.0), Finished(seq=1, version=0, timed_out=False, at=3.0),
               TrainStarted(index=0, cells=(1,), take=((0, 0, 2),), at=4.0, step_ids=("train1",))]
-    return reduce(apply, events, initial_state(LIMITS))
+    return replay(events, LIMITS)
 
 
 def test_a_cell_lost_in_training_gives_the_batch_back_and_comes_back_idle() -> None:
@@ -114,4 +114,4 @@ def test_status_follows_a_lost_cell_to_its_new_nodes_and_ends_its_move_as_lost()
     events = [PhaseChanged(cell=1, phase=Phase.DRAINING, at=10.0, step_id="s1"),
               CellLost(cell=1, at=12.0, nodes=("node3",)), CellPlaced(cell=1, nodes=("node5",), at=40.0)]
     assert placed_cells(events, [("node2",), ("node3",)]) == [("node2",), ("node5",)]
-    assert moves(events) == [{"cell": 1, "from": "rollout", "to": "lost", "at": 10.0, "duration_s": 2.0}]
+    assert [m.to_json() for m in moves(events)] == [{"cell": 1, "from": "rollout", "to": "lost", "at": 10.0, "duration_s": 2.0}]

@@ -3,10 +3,9 @@ fault events' folds (a failed step counted, a retried training step keeping its 
 
 from __future__ import annotations
 
-from functools import reduce
-
 from gyrectl.coordinator.events import (PhaseChanged, StepFailed, TrainEnded, TrainRetried, TrainStarted, apply,
                                         from_record, to_record)
+from gyrectl.coordinator.journal import replay
 from gyrectl.coordinator.state import Limits, Phase, initial_state
 from gyrectl.coordinator.views import cell_rows, moves
 
@@ -21,7 +20,7 @@ def test_moves_each_way_with_durations_and_one_under_way() -> None:
               PhaseChanged(cell=1, phase=Phase.RETURNING, at=50.0, step_id="s2"),
               PhaseChanged(cell=1, phase=Phase.ROLLOUT, at=80.0, step_id="s2"),
               PhaseChanged(cell=1, phase=Phase.DRAINING, at=90.0, step_id="s2")]
-    assert moves(events) == [
+    assert [m.to_json() for m in moves(events)] == [
         {"cell": 1, "from": "rollout", "to": "train", "at": 40.0, "duration_s": 0.5},
         {"cell": 1, "from": "train", "to": "rollout", "at": 50.0, "duration_s": 30.0},
         {"cell": 1, "from": "rollout", "to": "train", "at": 90.0, "duration_s": None},
@@ -31,8 +30,8 @@ def test_moves_each_way_with_durations_and_one_under_way() -> None:
 def test_cell_rows_show_role_phase_and_served_weights() -> None:
     events = [PhaseChanged(cell=0, phase=Phase.ROLLOUT, at=5.0, step_id="a", weight_version=3),
               PhaseChanged(cell=1, phase=Phase.TRAIN, at=6.0)]
-    rows = cell_rows(reduce(apply, events, initial_state(LIMITS)), [("n2",), ("n3",)])
-    assert rows == [
+    rows = cell_rows(replay(events, LIMITS), [("n2",), ("n3",)])
+    assert [r.to_json() for r in rows] == [
         {"id": 0, "nodes": ["n2"], "role": "rollout", "phase": "rollout", "since": 5.0, "weight_version": 3,
          "in_training_step": False},
         {"id": 1, "nodes": ["n3"], "role": "train", "phase": "train", "since": 6.0, "weight_version": None,

@@ -1,0 +1,91 @@
+"""The rows ``gyrectl status`` shows straight from the run directory's files and from Slurm: the
+node table, the rollout servers' load, the trainer's finished steps, the job's components.
+
+The renderer reads their typed fields. A file row's ``--json`` is the file's record as written
+(extra keys included: a trainer's or a newer head's own fields reach scripts unchanged), so each
+keeps it beside the fields it types."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class _FileRow:
+    record: dict[str, Any] = field(repr=False)
+    """The line as the file holds it."""
+
+    def to_json(self) -> dict[str, Any]:
+        return self.record
+
+
+@dataclass(frozen=True)
+class NodeRow(_FileRow):
+    """A line of ``nodes.json``."""
+
+    name: str
+    het_group: int
+    gpus: int
+    cpus: int
+    address: str | None
+    role: str
+
+    @classmethod
+    def of(cls, record: dict[str, Any]) -> NodeRow:
+        return cls(name=record["name"], het_group=record["het_group"], gpus=record["gpus"], cpus=record["cpus"],
+                   address=record.get("address"), role=record["role"], record=record)
+
+
+@dataclass(frozen=True)
+class ServerRow(_FileRow):
+    """A rollout server in ``servers.json``; ``running``/``waiting`` are the engine's queues
+    (None while its metrics cannot be read)."""
+
+    name: str
+    state: str
+    gateway_calls: int
+    running: int | None
+    waiting: int | None
+    weight_version: int | None
+
+    @classmethod
+    def of(cls, record: dict[str, Any]) -> ServerRow:
+        return cls(name=record["name"], state=record["state"], gateway_calls=record["gateway_calls"],
+                   running=record.get("running"), waiting=record.get("waiting"),
+                   weight_version=record.get("weight_version"), record=record)
+
+
+@dataclass(frozen=True)
+class StepRow(_FileRow):
+    """A finished training step: a ``metrics.jsonl`` line with the fields of
+    :data:`gyrectl.run.files.STEP_METRICS`."""
+
+    step: int
+    reward_mean: float
+    executions: int
+    naive_tokens: int
+    trained_tokens: int
+    weight_version: int
+    duration_s: float
+
+    @classmethod
+    def of(cls, record: dict[str, Any]) -> StepRow:
+        return cls(step=record["step"], reward_mean=record["reward_mean"], executions=record["executions"],
+                   naive_tokens=record["naive_tokens"], trained_tokens=record["trained_tokens"],
+                   weight_version=record["weight_version"], duration_s=record["duration_s"], record=record)
+
+
+@dataclass(frozen=True)
+class ComponentRow:
+    """Slurm's view of a part of the run's job: a component of the head's job, or (cells layout)
+    the job of a cell, or of its replacement (``cell`` names it)."""
+
+    id: str
+    state: str
+    nodes: str
+    cell: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        shown: dict[str, Any] = {"id": self.id, "state": self.state, "nodes": self.nodes}
+        return shown if self.cell is None else {**shown, "cell": self.cell}

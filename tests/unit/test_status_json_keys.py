@@ -1,0 +1,101 @@
+"""The key sets of ``gyrectl status RUN --json``, at every level and in order: a machine-readable
+contract that scripts rely on, pinned on a run directory that fills every part of the view (a
+head that ended, nodes, servers, cells with a lost and re-placed one, moves, a training step under
+way, finished steps)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from gyrectl.config import dump_config, load_config
+from gyrectl.coordinator.events import (CellLost, CellPlaced, Dispatched, Finished, PhaseChanged, TrainEnded,
+                                        TrainStarted)
+from gyrectl.coordinator.journal import Journal
+from gyrectl.coordinator.state import Phase
+from gyrectl.run.rundir import RunDir
+
+T0 = 1_796_000_000.0
+STEP = {"step": 0, "reward_mean": 0.5, "executions": 4, "naive_tokens": 100, "trained_tokens": 40,
+        "weight_version": 1, "duration_s": 2.5, "loss": 0.25}  # a trainer's own extra field is kept
+NODE = {"name": "n0", "het_group": 1, "gpus": 0, "cpus": 1, "role": "rollout", "address": "10.0.0.1"}
+SERVER = {"name": "cell0", "url": "http://10.0.0.1:18300", "state": "serving", "gateway_calls": 3, "running": 2,
+          "waiting": None, "weight_version": 1}
+EVENTS = (PhaseChanged(cell=0, phase=Phase.STARTING, at=T0, step_id="s0"),
+          PhaseChanged(cell=1, phase=Phase.STARTING, at=T0, step_id="s1"),
+          PhaseChanged(cell=0, phase=Phase.ROLLOUT, at=T0 + 30, step_id="s0", weight_version=0),
+          PhaseChanged(cell=1, phase=Phase.ROLLOUT, at=T0 + 31, step_id="s1", weight_version=0),
+          Dispatched(count=4, version=0, at=T0 + 31),
+          *(Finished(seq=i, version=0, timed_out=False, at=T0 + 40) for i in range(4)),
+          PhaseChanged(cell=1, phase=Phase.DRAINING, at=T0 + 50, step_id="s1"),
+          PhaseChanged(cell=1, phase=Phase.TRAIN, at=T0 + 51),
+          TrainStarted(index=0, cells=(1,), take=((0, 0, 4),), at=T0 + 52, step_ids=("t0",)),
+          TrainEnded(index=0, at=T0 + 60),
+          PhaseChanged(cell=1, phase=Phase.RETURNING, at=T0 + 61, step_id="s2"),
+          CellLost(cell=1, at=T0 + 62, nodes=("n1",)), CellPlaced(cell=1, nodes=("n2",), at=T0 + 70),
+          PhaseChanged(cell=1, phase=Phase.TRAIN, at=T0 + 71),
+          TrainStarted(index=1, cells=(1,), take=(), at=T0 + 72, step_ids=("t1",)),
+          PhaseChanged(cell=0, phase=Phase.DRAINING, at=T0 + 73, step_id="s0"))  # a move under way
+
+
+def _full_run(tmp_path: Path) -> RunDir:
+    run = RunDir.create(tmp_path, "keys")
+    run.config_file.write_text(dump_config(load_config("configs/local-tiny.yaml")))
+    # A live pid that is not this run's head: the job reads as ended, with the head's own reason.
+    run.write_json(run.job_file, {"job_id": f"local-{os.getpid()}", "backend": "local", "layout": None,
+                                  "submitted_at": T0, "previous_jobs": []})
+    run.write_json(run.nodes_file, [NODE, {**NODE, "name": "n1", "role": "train", "address": None}])
+    run.write_json(run.servers_file, {"at": T0 + 65, "servers": [SERVER]})
+    with Journal(run.journal_file) as journal:
+        for event in EVENTS:
+            journal.append(event)
+    with run.journal_file.open("a") as f:
+        f.write(json.dumps({"event": "head_ended", "at": T0 + 80, "reason": "stopped", "error": ""}) + "\n")
+    run.metrics_file.write_text(json.dumps(STEP) + "\n")
+    return run
+
+
+def test_status_json_keys_at_every_level(cli, tmp_path: Path) -> None:
+    result = cli("status", str(_full_run(tmp_path).path), "--json")
+    assert result.returncode == 0, result.stderr
+    view = json.loads(result.stdout)
+    assert list(view) == ["run_dir", "name", "job", "nodes", "note", "steps", "total_steps", "cells", "moves",
+                          "executions", "training", "servers", "servers_at", "damaged", "skipped", "records_read"]
+    assert list(view["job"]) == ["id", "backend", "state", "slurm_state", "reason", "components", "error"]
+    assert [sorted(n) for n in view["nodes"]] == [sorted(NODE)] * 2
+    assert [list(s) for s in view["steps"]] == [list(STEP)]
+    assert [list(c) for c in view["cells"]] == [
+        ["id", "nodes", "role", "phase", "since", "weight_version", "in_training_step"]] * 2
+    assert [list(m) for m in view["moves"]] == [["cell", "from", "to", "at", "duration_s"]] * 3
+    assert list(view["executions"]) == ["dispatched", "in_flight", "finished", "trained"]
+    assert list(view["training"]) == ["index", "cells", "executions", "started_at"]
+    assert [sorted(s) for s in view["servers"]] == [sorted(SERVER)]
+    assert (view["damaged"], view["skipped"]) == ({}, [])
+    assert list(view["records_read"]) == ["journal.jsonl", "metrics.jsonl"]
+
+
+def test_status_json_values_of_the_coordinator_rows(cli, tmp_path: Path) -> None:
+    view = json.loads(cli("status", str(_full_run(tmp_path).path), "--json").stdout)
+    assert view["job"] == {"id": f"local-{os.getpid()}", "backend": "local", "state": "ended", "slurm_state": "",
+                           "reason": "stopped", "components": [], "error": ""}
+    assert view["cells"] == [
+        {"id": 0, "nodes": ["n0"], "role": "rollout", "phase": "draining", "since": T0 + 73, "weight_version": 0,
+         "in_training_step": False},
+        {"id": 1, "nodes": ["n2"], "role": "train", "phase": "train", "since": T0 + 71, "weight_version": None,
+         "in_training_step": True}]
+    assert view["moves"] == [{"cell": 1, "from": "rollout", "to": "train", "at": T0 + 50, "duration_s": 1.0},
+                             {"cell": 1, "from": "train", "to": "lost", "at": T0 + 61, "duration_s": 1.0},
+                             {"cell": 0, "from": "rollout", "to": "train", "at": T0 + 73, "duration_s": None}]
+    assert view["training"] == {"index": 1, "cells": [1], "executions": 0, "started_at": T0 + 72}
+    assert view["executions"] == {"dispatched": 4, "in_flight": 0, "finished": 4, "trained": 4}
+    assert (view["steps"], view["servers"], view["servers_at"]) == ([STEP], [SERVER], T0 + 65)
+    assert view["records_read"] == {"journal.jsonl": len(EVENTS) + 1, "metrics.jsonl": 1}
+
+
+def test_status_json_before_any_coordinator_event(cli, tmp_path: Path) -> None:
+    run = RunDir.create(tmp_path, "new")
+    run.config_file.write_text(dump_config(load_config("configs/local-tiny.yaml")))
+    view = json.loads(cli("status", str(run.path), "--json").stdout)
+    assert {key: view[key] for key in ("nodes", "steps", "cells", "moves", "executions", "training", "servers")} == {
+        "nodes": [], "steps": [], "cells": [], "moves": [], "executions": {}, "training": None, "servers": []}
