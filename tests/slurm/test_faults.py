@@ -47,10 +47,16 @@ class Drills:
 
     def _kill_a_serving_server(self) -> None:
         # Once weights v1 serve (cell 1 is returning), cell 0 is the only server with sessions on it.
+        # Kill just after a fresh dispatch: sessions seen in flight by an earlier poll may be a
+        # second from their end (a status call takes a second or two on a busy machine), and a
+        # kill after they ended would test nothing.
+        dispatched = None
         while not self.stop.is_set():
             view = status(self.cli, self.run_dir)
-            cells = view.get("cells") or []
-            if view["steps"] and view["executions"]["in_flight"] > 0 and cells and cells[0]["phase"] == "rollout":
+            cells, executions = view.get("cells") or [], view["executions"]
+            fresh = dispatched is not None and executions.get("dispatched", 0) > dispatched
+            dispatched = executions.get("dispatched", 0)
+            if view["steps"] and executions["in_flight"] > 0 and fresh and cells and cells[0]["phase"] == "rollout":
                 break
             time.sleep(0.5)
         time.sleep(2.0)  # let the sessions get mid-call
