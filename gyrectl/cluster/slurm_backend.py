@@ -21,7 +21,6 @@ from typing import Any
 
 from gyrectl.cluster.backend import Backend, FitProblems, Head, JobView, head_end_reason, head_ended
 from gyrectl.cluster.base import Cluster
-from gyrectl.cluster.slurm_sbatch import check_run_dir, head_parameters, render_for_config, worker_directives
 from gyrectl.config.schema import Config
 from gyrectl.errors import RuntimeFailure, UserError
 from gyrectl.run.files import read_cells
@@ -67,10 +66,13 @@ class SlurmBackend(Backend):
     name = "slurm"
 
     def dry_run(self, config: Config, *, run_dir: Path, folder: Path, python: str) -> str:
+        from gyrectl.cluster.slurm_sbatch import render_for_config
+
         return render_for_config(config, run_dir=run_dir, folder=folder, python=python)
 
     def check_before_submitting(self, config: Config, *, run_dir: Path, fit_problems: FitProblems) -> None:
         from gyrectl.cluster.slurm_cli import partition_nodes
+        from gyrectl.cluster.slurm_sbatch import check_run_dir
 
         check_run_dir(run_dir)
         if problems := fit_problems(config, partition_nodes()):
@@ -80,6 +82,7 @@ class SlurmBackend(Backend):
         import submitit
 
         from gyrectl.cluster.slurm_executor import GyreExecutor
+        from gyrectl.cluster.slurm_sbatch import head_parameters, worker_directives
 
         workers = () if self.layout.cell_jobs else worker_directives(config)
         try:
