@@ -65,10 +65,6 @@ def launch(
         assert config is not None
         cfg = load_config(config, set_)
         if dry_run:
-            if cfg.cluster.backend != "slurm":
-                out.print("# local backend: nothing is submitted; the head runs as "
-                          "`python -m gyrectl.launch.head RUN_DIR` on this machine", highlight=False)
-                return
             typer.echo(dry_run_script(cfg), nl=False)
             return
         result = launch_run(cfg)

@@ -15,6 +15,7 @@ from rich.markup import escape
 from gyrectl.cli.options import DEFAULT_ROOT, JsonOpt, RootOpt, RunArg
 from gyrectl.cli.render import emit_json, err, out, skipped_text, table
 from gyrectl.cli.timeline import draw_timeline
+from gyrectl.cluster.backend import backend_named
 from gyrectl.coordinator.journal import read_events
 from gyrectl.coordinator.state import initial_state, limits_from_config
 from gyrectl.errors import RuntimeFailure, UserError
@@ -178,14 +179,13 @@ def stop(run: RunArg, root: RootOpt = DEFAULT_ROOT) -> None:
                   highlight=False, soft_wrap=True)
         return
     run_dir.stop_file.write_text(f"{time.time()}\n")
-    if view.job.backend == "slurm" and view.job.state == "pending":
-        from gyrectl.cluster.slurm_cli import run_slurm
-        run_slurm(["scancel", view.job.id])
-    elif view.job.backend not in ("slurm", "local"):
+    backend = backend_named(view.job.backend)
+    if backend is None:
         damaged = view.damaged.get(run_dir.job_file.name)
         raise RuntimeFailure(f"wrote {run_dir.stop_file}, which ends the run if its head runs, but cannot tell the "
                              "run's job to cancel it while it waits: "
                              + (f"{run_dir.job_file} is damaged: {damaged}" if damaged else view.job.reason))
+    backend.cancel_waiting(view.job)  # Slurm: a job still waiting for nodes runs no head to read the stop file
     out.print(escape(f"asked {run_dir.name} (job {view.job.id}) to stop; follow with: "
                      f"gyrectl status {run_dir.path} --watch"),
               highlight=False, soft_wrap=True)

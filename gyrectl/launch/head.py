@@ -23,6 +23,7 @@ import traceback
 from dataclasses import asdict
 from pathlib import Path
 
+from gyrectl.cluster.backend import backend_for
 from gyrectl.cluster.base import Cluster, Node
 from gyrectl.config import load_config
 from gyrectl.config.schema import Config
@@ -44,14 +45,7 @@ def node_table(nodes: list[Node]) -> list[dict[str, object]]:
 
 
 def build_cluster(config: Config, run: RunDir) -> Cluster:
-    if config.cluster.backend == "slurm" and config.cluster.layout == "cells":
-        from gyrectl.cluster.slurm_cells import SlurmCellsCluster
-        return SlurmCellsCluster(config, run)
-    if config.cluster.backend == "slurm":
-        from gyrectl.cluster.slurm import SlurmCluster
-        return SlurmCluster()
-    from gyrectl.cluster.local import LocalCluster
-    return LocalCluster(config)
+    return backend_for(config).cluster(config, run)
 
 
 def run_head(run_path: str) -> str:

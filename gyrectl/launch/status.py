@@ -1,8 +1,9 @@
 """What a login node can see of a run: the job's state from its backend, and the node table.
 
 Job states are folded into four words scripts can rely on — ``pending``, ``running``, ``ended``,
-``unknown`` — with Slurm's own word kept beside them (``slurm_state``) and, for an ended run,
-how it ended (``reason``: the head's own record when it had the chance to write one).
+``unknown`` — by the run's backend (:meth:`gyrectl.cluster.backend.Backend.job_view`), with
+Slurm's own word kept beside them (``slurm_state``) and, for an ended run, how it ended
+(``reason``: the head's own record when it had the chance to write one).
 
 The view is typed records (:mod:`gyrectl.launch.status_rows`, :mod:`gyrectl.coordinator.views`);
 their ``to_json`` is the ``status --json`` contract.
@@ -14,11 +15,11 @@ the view leaves out what it holds and names it under ``damaged``.
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
+from gyrectl.cluster.backend import JobView, backend_named, read_job_record
 from gyrectl.config.schema import Config
 from gyrectl.coordinator.actuator import group_cells
 from gyrectl.coordinator.events import Event
@@ -26,32 +27,11 @@ from gyrectl.coordinator.journal import read_journal, replay
 from gyrectl.coordinator.state import limits_from_config
 from gyrectl.coordinator.views import (CellRow, ExecutionCounts, Move, TrainingRow, cell_rows, execution_counts, moves,
                                        placed_cells, training_row)
-from gyrectl.launch.status_rows import ComponentRow, NodeRow, ServerRow, StepRow
-from gyrectl.run.files import STEP_METRICS, check_fields, read_cells, read_job, read_nodes, read_servers, run_config
+from gyrectl.launch.status_rows import NodeRow, ServerRow, StepRow
+from gyrectl.run.files import STEP_METRICS, check_fields, read_nodes, read_servers, run_config
 from gyrectl.run.rundir import DamagedRunFile, RunDir
 from gyrectl.store.damage import Skipped
 from gyrectl.store.jsonl import JsonlContents, scan_jsonl
-
-_PENDING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED", "CONFIGURING"}
-_RUNNING = {"RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING", "RESIZING"}
-
-
-@dataclass(frozen=True)
-class JobView:
-    id: str
-    backend: str
-    state: str
-    """``pending`` | ``running`` | ``ended`` | ``unknown``."""
-    slurm_state: str = ""
-    reason: str = ""
-    components: list[ComponentRow] = field(default_factory=list)
-    error: str = ""
-    """What failed, when the head ended on a failure (``reason`` = ``failed``)."""
-
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "backend": self.backend, "state": self.state, "slurm_state": self.slurm_state,
-                "reason": self.reason, "components": [c.to_json() for c in self.components], "error": self.error}
-
 
 @dataclass(frozen=True)
 class RunView:
@@ -96,29 +76,6 @@ class RunView:
                 "skipped": [s.to_json() for s in self.skipped], "records_read": self.records_read}
 
 
-def fold_slurm_state(states: list[str]) -> str:
-    """One word for a job from its components' states (a het job is running while any part is)."""
-    words = {s.split()[0].rstrip("+") for s in states}
-    if words & _RUNNING:
-        return "running"
-    if words and words <= _PENDING:
-        return "pending"
-    return "ended" if words else "unknown"
-
-
-def head_end_reason(run: RunDir) -> str:
-    return str(_head_ended(run).get("reason", ""))
-
-
-def _head_ended(run: RunDir) -> dict[str, Any]:
-    """The head's last ``head_ended`` record (a resumed run has one per head that ran)."""
-    ended: dict[str, Any] = {}
-    for record in scan_jsonl(run.journal_file).records:  # run_view reports the journal's damage
-        if record.get("event") == "head_ended":
-            ended = record
-    return ended
-
-
 T = TypeVar("T")
 
 
@@ -136,78 +93,15 @@ def _read(reader: Callable[[RunDir], T], run: RunDir, damaged: dict[str, str] | 
 
 def job_view(run: RunDir, *, damaged: dict[str, str] | None = None) -> JobView:
     """The run's job as its backend sees it; ``damaged`` as in :func:`_read`."""
-    job = _read(read_job, run, damaged, None)
+    job = _read(read_job_record, run, damaged, None)
     if damaged and run.job_file.name in damaged:
         return JobView(id="", backend="unknown", state="unknown",
                        reason="job.json is damaged: the run's job is unknown")
     job = job or {}
-    job_id, backend = str(job.get("job_id", "")), str(job.get("backend", ""))
-    if backend == "slurm":
-        return _slurm_job_view(run, job_id, layout=str(job.get("layout", "")), damaged=damaged)
-    if backend == "local":
-        return _local_job_view(run, job_id)
-    return JobView(id=job_id, backend=backend or "unknown", state="unknown", reason="no job.json in the run directory")
-
-
-def _slurm_job_view(run: RunDir, job_id: str, *, layout: str, damaged: dict[str, str] | None) -> JobView:
-    from gyrectl.cluster.slurm_cli import completed_state, show_job
-
-    components = show_job(job_id)
-    if components is None:  # Slurm forgot the job (MinJobAge passed): ask the completion log
-        final = completed_state(job_id) or ""
-        return JobView(id=job_id, backend="slurm", state="ended" if final or head_end_reason(run) else "unknown",
-                       slurm_state=final, reason=head_end_reason(run) or final.lower())
-    states = [c.state for c in components]
-    state = fold_slurm_state(states)
-    waiting_on = "" if components[0].reason == "None" else components[0].reason
-    reason = (head_end_reason(run) or components[0].state.lower()) if state == "ended" else waiting_on
-    error = str(_head_ended(run).get("error", "")) if state == "ended" else ""
-    cells = _cell_jobs(run, damaged)
-    if state == "running" and layout == "cells" and not run.nodes_file.exists():  # the head waits for its cells
-        waiting = [c for c in cells if c["state"] == "PENDING"]
-        state = "pending"
-        reason = f"cell jobs waiting for nodes ({waiting[0]['reason']})" if waiting else "starting its cell jobs"
-    return JobView(id=job_id, backend="slurm", state=state, slurm_state=",".join(states), reason=reason,
-                   components=[ComponentRow(id=c.job_id, state=c.state, nodes=c.nodes) for c in components]
-                   + [ComponentRow(id=c["id"], state=c["state"], nodes=c["nodes"], cell=c["cell"]) for c in cells],
-                   error=error)
-
-
-def _cell_jobs(run: RunDir, damaged: dict[str, str] | None) -> list[dict[str, Any]]:
-    """The cells layout's cell jobs (``cells.json``), each with the cell it holds or replaces and
-    Slurm's reason while it waits."""
-    from gyrectl.cluster.slurm_cli import show_job
-
-    rows = []
-    for cell in _read(read_cells, run, damaged, []):
-        for key in ("job_id", "replacement_job_id"):
-            if cell.get(key) is not None:
-                shown = show_job(str(cell[key])) or []
-                state, nodes, reason = (shown[0].state, shown[0].nodes, shown[0].reason) if shown else ("ENDED", "", "")
-                rows.append({"id": str(cell[key]), "state": state, "nodes": nodes, "cell": cell["cell"], "reason": reason})
-    return rows
-
-
-def _local_job_view(run: RunDir, job_id: str) -> JobView:
-    pid = int(job_id.removeprefix("local-") or 0)
-    alive = pid > 0 and _is_head_process(pid, run)
-    if alive:
-        return JobView(id=job_id, backend="local", state="running")
-    ended = _head_ended(run)
-    return JobView(id=job_id, backend="local", state="ended", reason=ended.get("reason") or "head process gone",
-                   error=ended.get("error", ""))
-
-
-def _is_head_process(pid: int, run: RunDir) -> bool:
-    """True if ``pid`` is still this run's head (not a recycled pid, not a zombie)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv = f.read().split(b"\0")
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z" and b"gyrectl.launch.head" in argv and os.fsencode(str(run.path)) in argv
+    job_id, name = str(job.get("job_id", "")), str(job.get("backend", ""))
+    if backend := backend_named(name, layout=job.get("layout")):
+        return backend.job_view(run, job_id, damaged=damaged)
+    return JobView(id=job_id, backend=name or "unknown", state="unknown", reason="no job.json in the run directory")
 
 
 def run_view(run: RunDir) -> RunView:

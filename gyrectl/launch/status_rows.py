@@ -1,5 +1,5 @@
 """The rows ``gyrectl status`` shows straight from the run directory's files and from Slurm: the
-node table, the rollout servers' load, the trainer's finished steps, the job's components.
+node table, the rollout servers' load, the trainer's finished steps.
 
 The renderer reads their typed fields. A file row's ``--json`` is the file's record as written
 (extra keys included: a trainer's or a newer head's own fields reach scripts unchanged), so each
@@ -74,18 +74,3 @@ class StepRow(_FileRow):
         return cls(step=record["step"], reward_mean=record["reward_mean"], executions=record["executions"],
                    naive_tokens=record["naive_tokens"], trained_tokens=record["trained_tokens"],
                    weight_version=record["weight_version"], duration_s=record["duration_s"], record=record)
-
-
-@dataclass(frozen=True)
-class ComponentRow:
-    """Slurm's view of a part of the run's job: a component of the head's job, or (cells layout)
-    the job of a cell, or of its replacement (``cell`` names it)."""
-
-    id: str
-    state: str
-    nodes: str
-    cell: int | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        shown: dict[str, Any] = {"id": self.id, "state": self.state, "nodes": self.nodes}
-        return shown if self.cell is None else {**shown, "cell": self.cell}

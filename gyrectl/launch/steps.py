@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
+from gyrectl.cluster.backend import backend_for
 from gyrectl.cluster.base import StepSpec
 from gyrectl.config.schema import Config
 from gyrectl.coordinator.ports import batch_name
@@ -62,7 +63,7 @@ class StepFactory:
         step (it starts over from ``checkpoints/v{index}``), so a restarted member loses nothing
         but time."""
         cluster = self.config.cluster
-        host = "127.0.0.1" if cluster.backend == "local" else rendezvous_host
+        host = backend_for(self.config).rendezvous_host(rendezvous_host)
         num_nodes = members * self.config.cells.nodes_per_cell
         return (sys.executable, "-m", "torch.distributed.run", f"--nnodes={num_nodes}",
                 f"--nproc-per-node={max(cluster.gpus_per_node, 1)}", "--rdzv-backend=c10d",

@@ -1,4 +1,5 @@
-"""``gyrectl launch``: make the run directory, then hand the head to the configured backend.
+"""``gyrectl launch``: make the run directory, then hand the head to the configured backend
+(:func:`gyrectl.cluster.backend.backend_for`), which submits it:
 
     slurm, cells layout: the head's job through submitit; the head submits one job per cell
     slurm, hetjob layout: one heterogeneous job (component 0 = head, component 1 = workers)
@@ -7,17 +8,15 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gyrectl.cluster.slurm_sbatch import check_run_dir, head_parameters, render_for_config, worker_directives
+from gyrectl.cluster.backend import backend_for
 from gyrectl.config import dump_config
 from gyrectl.config.schema import Config
-from gyrectl.errors import RuntimeFailure, UserError
+from gyrectl.errors import UserError
 from gyrectl.run.files import read_job, run_config
 from gyrectl.run.rundir import DamagedRunFile, RunDir
 
@@ -31,9 +30,10 @@ class LaunchResult:
 
 
 def dry_run_script(config: Config) -> str:
-    """The exact script ``launch`` would submit, without creating anything."""
+    """The exact script ``launch`` would submit, without creating anything (for the local backend,
+    a comment that nothing is)."""
     run = RunDir.of(config)
-    return render_for_config(config, run_dir=run.path, folder=run.submitit_dir, python=sys.executable)
+    return backend_for(config).dry_run(config, run_dir=run.path, folder=run.submitit_dir, python=sys.executable)
 
 
 def launch(config: Config) -> LaunchResult:
@@ -65,16 +65,17 @@ def resume_run(run: RunDir) -> LaunchResult:
 
 
 def _check_before_submitting(config: Config) -> None:
+    from gyrectl.launch.fit import fit_problems
+
     check_loop_inputs(config, Path.cwd())
-    if config.cluster.backend == "slurm":
-        check_run_dir(RunDir.of(config).path)
-        check_fits(config)
+    backend_for(config).check_before_submitting(config, run_dir=RunDir.of(config).path, fit_problems=fit_problems)
 
 
 def _submit(config: Config, run: RunDir, *, previous_jobs: list[str]) -> LaunchResult:
     """Submits the head for ``run`` on its backend and records the job in ``job.json``."""
-    submit = _submit_slurm if config.cluster.backend == "slurm" else _submit_local
-    job_id = submit(config, run)
+    from gyrectl.launch.head import run_head
+
+    job_id = backend_for(config).submit(config, run, head=run_head)
     record = {"job_id": job_id, "backend": config.cluster.backend, "layout": config.cluster.layout,
               "submitted_at": time.time()}
     run.write_json(run.job_file, {**record, "previous_jobs": previous_jobs} if previous_jobs else record)
@@ -98,49 +99,3 @@ def check_loop_inputs(config: Config, launch_dir: Path) -> None:
     for field, relative in (("rollout.tasks", rollout.tasks), ("rollout.verifier", rollout.verifier.split(":")[0])):
         if not (launch_dir / relative).is_file():
             raise UserError(f"{field}: {launch_dir / relative} does not exist")
-
-
-def check_fits(config: Config) -> None:
-    """Refuses, before anything is submitted, an allocation the cluster can never grant."""
-    from gyrectl.cluster.slurm_cli import partition_nodes
-    from gyrectl.launch.fit import fit_problems
-
-    if problems := fit_problems(config, partition_nodes()):
-        raise UserError("; ".join(problems) + " (nothing was submitted)")
-
-
-def _submit_slurm(config: Config, run: RunDir) -> str:
-    import submitit
-
-    from gyrectl.cluster.slurm_executor import GyreExecutor
-    from gyrectl.launch.head import run_head
-
-    workers = worker_directives(config) if config.cluster.layout == "hetjob" else ()
-    try:
-        executor = GyreExecutor(run.submitit_dir, extra_directives=config.cluster.extra_sbatch, worker_directives=workers)
-    except RuntimeError as exc:  # submitit's "Could not detect srun"
-        raise RuntimeFailure(f"cannot submit to Slurm: {exc}") from None
-    executor.update_parameters(**head_parameters(config, run_dir=run.path))
-    try:
-        job = executor.submit(run_head, str(run.path))
-    except (submitit.core.utils.FailedJobError, subprocess.CalledProcessError) as exc:
-        raise RuntimeFailure(f"sbatch refused the job: {_sbatch_message(exc)}") from None
-    submitted = run.submitit_dir / f"{job.job_id}_submission.sh"
-    run.sbatch_file.write_text(submitted.read_text() if submitted.exists() else "")
-    return str(job.job_id)
-
-
-def _sbatch_message(exc: Exception) -> str:
-    output = getattr(exc, "stderr", None) or getattr(exc, "output", None) or str(exc)
-    if isinstance(output, bytes):
-        output = output.decode(errors="replace")
-    return " ".join(str(output).split()) or type(exc).__name__
-
-
-def _submit_local(config: Config, run: RunDir) -> str:
-    log = open(run.logs_dir / "head.log", "ab")
-    with log:
-        proc = subprocess.Popen([sys.executable, "-m", "gyrectl.launch.head", str(run.path)],
-                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, cwd=os.getcwd())
-    return f"local-{proc.pid}"

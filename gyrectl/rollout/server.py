@@ -39,12 +39,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gyrectl.cluster.backend import backend_for
 from gyrectl.config.schema import Config
 from gyrectl.rollout.guard import KEY_ENV, MIDDLEWARE
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
-BIND_MODULE = "gyrectl.cluster.slurm_bind"
-LOOPBACK = "127.0.0.1"
 MAX_LOGPROBS = 20
 CPU_KVCACHE_GIB = 1
 """KV cache of a CPU server when the engine args do not size it: plenty for the tiny model."""
@@ -70,27 +69,25 @@ def rollout_server(config: Config, *, cell: int, weights_dir: Path, server_key: 
     locked with ``server_key`` (``RunDir.server_key``; empty: an open server, for tools that
     never start it, like the simulator)."""
     model, port, name = config.model, server_port(config, cell=cell), served_model_name(config)
-    local = config.cluster.backend == "local"
+    backend = backend_for(config)
     command = (
         python, "-m", SERVER_MODULE, "--model", str(weights_dir), "--served-model-name", name,
-        *(("--host", LOOPBACK) if local else ()), "--port", str(port), "--dtype", model.dtype,
+        *backend.server_host_args(), "--port", str(port), "--dtype", model.dtype,
         "--tensor-parallel-size", str(model.tensor_parallel), "--pipeline-parallel-size", str(model.pipeline_parallel),
         "--max-logprobs", str(MAX_LOGPROBS), "--enable-scale-out",
         "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
         *(("--middleware", MIDDLEWARE) if server_key else ()),
         *engine_flags(config.rollout.engine_args),
     )
-    if not local:
-        command = (python, "-m", BIND_MODULE, *command)
+    command = backend.bind(command, python=python)
     env = server_env(config) | ({KEY_ENV: server_key} if server_key else {})
     return ServerLaunch(command=command, env=env, port=port, model_name=name)
 
 
 def server_port(config: Config, *, cell: int) -> int:
     """Slurm gives every cell its own nodes, so one port serves all; the local backend's virtual
-    nodes share this machine, so cell N takes ``rollout.server_port + N``."""
-    base = config.rollout.server_port
-    return base + cell if config.cluster.backend == "local" else base
+    nodes share this machine, so cell N takes ``rollout.server_port + N`` (the backend says which)."""
+    return backend_for(config).server_port(config.rollout.server_port, cell=cell)
 
 
 def server_url(config: Config, *, cell: int, address: str) -> str:

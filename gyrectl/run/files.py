@@ -10,7 +10,6 @@ ones; ``launch --resume`` refuses (exit 1).
 
 from __future__ import annotations
 
-import re
 import reprlib
 from collections.abc import Mapping
 from pathlib import Path
@@ -33,21 +32,18 @@ _SERVER = {"name": (str,), "state": (str,), "gateway_calls": _INT, "running": _O
 STEP_METRICS = {"step": _INT, "reward_mean": _NUMBER, "executions": _INT, "naive_tokens": _INT,
                 "trained_tokens": _INT, "weight_version": _INT, "duration_s": _NUMBER}
 """The fields of a ``metrics.jsonl`` line that ``status`` and ``launch --wait`` show."""
-_LOCAL_JOB_ID = re.compile(r"local-[0-9]+")
 
 
 def read_job(run: RunDir) -> dict[str, Any] | None:
     """``job.json``: ``job_id``, ``backend`` (``slurm`` or ``local``), ``layout``, ``submitted_at``,
-    ``previous_jobs``; None before the first submission wrote it."""
+    ``previous_jobs``; None before the first submission wrote it. Only the fields' types are
+    checked here: whether a backend wrote it is :func:`gyrectl.cluster.backend.read_job_record`'s
+    to say."""
     job = run.read_json(run.job_file)
     if job is None:
         return None
     check_fields(run.job_file, job, {"job_id": (str,), "backend": (str,), "layout": (str, type(None)),
                                      "previous_jobs": (list, type(None))})
-    if job["backend"] not in ("slurm", "local"):
-        raise DamagedRunFile(run.job_file, f"unknown backend {job['backend']!r}")
-    if job["backend"] == "local" and not _LOCAL_JOB_ID.fullmatch(job["job_id"]):
-        raise DamagedRunFile(run.job_file, f"job_id {job['job_id']!r} is not local-PID")
     return job
 
 

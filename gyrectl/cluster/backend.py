@@ -1,0 +1,168 @@
+"""What a backend does, from the login node and inside the allocation, and the one place that
+picks it from its name.
+
+    backend = backend_for(config)                     # the config's cluster.backend (and layout)
+    print(backend.dry_run(config, run_dir=..., folder=..., python=...))   # gyrectl launch --dry-run
+    job_id = backend.submit(config, run, head=run_head)                    # gyrectl launch
+    backend.job_view(run, job_id, damaged={})                              # gyrectl status
+    backend.cancel_waiting(view)                                           # gyrectl stop
+    backend.cluster(config, run)                                           # on the head: the Cluster
+
+The node facts (where a server listens and on which port, where a training step meets) come from
+the backend too, so nothing outside ``gyrectl/cluster/`` branches on a backend's or a layout's
+name (``tests/unit/test_backend_names.py`` fails when something does). The backends fill this in
+next to their own code: :mod:`gyrectl.cluster.local_backend`, :mod:`gyrectl.cluster.slurm_backend`
+(whose two layouts are data of the one Slurm backend).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gyrectl.cluster.base import Cluster
+from gyrectl.config.schema import Config
+from gyrectl.run.files import read_job
+from gyrectl.run.rundir import DamagedRunFile, RunDir
+from gyrectl.store.jsonl import scan_jsonl
+
+Head = Callable[[str], str]
+"""The head's entry point (``gyrectl.launch.head.run_head``): takes the run directory, returns how
+the run ended. The backend runs it (submitit pickles it; the local backend runs its module)."""
+FitProblems = Callable[[Config, Sequence[Any]], list[str]]
+"""``gyrectl.launch.fit.fit_problems``: why an allocation cannot fit the partition's nodes."""
+
+
+@dataclass(frozen=True)
+class ComponentRow:
+    """Slurm's view of a part of the run's job: a component of the head's job, or (cells layout)
+    the job of a cell, or of its replacement (``cell`` names it)."""
+
+    id: str
+    state: str
+    nodes: str
+    cell: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        shown: dict[str, Any] = {"id": self.id, "state": self.state, "nodes": self.nodes}
+        return shown if self.cell is None else {**shown, "cell": self.cell}
+
+
+@dataclass(frozen=True)
+class JobView:
+    id: str
+    backend: str
+    state: str
+    """``pending`` | ``running`` | ``ended`` | ``unknown``."""
+    slurm_state: str = ""
+    reason: str = ""
+    components: list[ComponentRow] = field(default_factory=list)
+    error: str = ""
+    """What failed, when the head ended on a failure (``reason`` = ``failed``)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "backend": self.backend, "state": self.state, "slurm_state": self.slurm_state,
+                "reason": self.reason, "components": [c.to_json() for c in self.components], "error": self.error}
+
+
+class Backend(abc.ABC):
+    """One backend: how a run's head is submitted and watched from the login node, the
+    :class:`Cluster` the head acts through, and what the backend says about its nodes."""
+
+    name: str
+    """``cluster.backend`` in the config and ``backend`` in ``job.json``."""
+
+    # -- from the login node ------------------------------------------------------------------
+    @abc.abstractmethod
+    def dry_run(self, config: Config, *, run_dir: Path, folder: Path, python: str) -> str:
+        """What ``gyrectl launch --dry-run`` prints: the exact script it would submit."""
+
+    def check_before_submitting(self, config: Config, *, run_dir: Path, fit_problems: FitProblems) -> None:
+        """Refuses (``UserError``), before anything is submitted, what this backend could never run."""
+
+    @abc.abstractmethod
+    def submit(self, config: Config, run: RunDir, *, head: Head) -> str:
+        """Starts ``head`` for ``run`` and returns the job id that ``job.json`` records."""
+
+    def job_id_problem(self, job_id: str) -> str:
+        """What is wrong with ``job_id`` as this backend's job id in ``job.json`` (empty: nothing)."""
+        return ""
+
+    @abc.abstractmethod
+    def job_view(self, run: RunDir, job_id: str, *, damaged: dict[str, str] | None) -> JobView:
+        """The run's job as this backend sees it; a damaged run file is noted in ``damaged`` (when
+        given) instead of raised."""
+
+    def cancel_waiting(self, job: JobView) -> None:
+        """``gyrectl stop`` of a job whose head may not run yet (the stop file ends a running head):
+        nothing to cancel by default."""
+
+    # -- inside the allocation ----------------------------------------------------------------
+    @abc.abstractmethod
+    def cluster(self, config: Config, run: RunDir) -> Cluster:
+        """The :class:`Cluster` the head discovers its nodes and starts its steps through."""
+
+    # -- what the backend says about its nodes --------------------------------------------------
+    @abc.abstractmethod
+    def server_host_args(self) -> tuple[str, ...]:
+        """Arguments that make a server listen where the gateway reaches it, when fixed ahead."""
+
+    @abc.abstractmethod
+    def bind(self, command: tuple[str, ...], *, python: str) -> tuple[str, ...]:
+        """``command`` as run on each node of a step, bound to that node's address if needed."""
+
+    @abc.abstractmethod
+    def server_port(self, base: int, *, cell: int) -> int:
+        """The port cell ``cell``'s server listens on (``rollout.server_port`` = ``base``)."""
+
+    @abc.abstractmethod
+    def rendezvous_host(self, first_node_host: str) -> str:
+        """Where a training step's members meet, given the host of the step's first node."""
+
+
+def backend_named(name: str, *, layout: str | None = None) -> Backend | None:
+    """The backend called ``name`` (``job.json``'s ``backend``, with its ``layout`` for Slurm's),
+    None for a name no backend has."""
+    from gyrectl.cluster.local_backend import LocalBackend
+    from gyrectl.cluster.slurm_backend import slurm_backend
+
+    if name == LocalBackend.name:
+        return LocalBackend()
+    return slurm_backend(str(layout)) if name == "slurm" else None
+
+
+def backend_for(config: Config) -> Backend:
+    """The backend ``config.cluster`` names."""
+    backend = backend_named(config.cluster.backend, layout=config.cluster.layout)
+    assert backend is not None, f"the config schema admits no backend {config.cluster.backend!r}"
+    return backend
+
+
+def read_job_record(run: RunDir) -> dict[str, Any] | None:
+    """``job.json`` (:func:`gyrectl.run.files.read_job`) with its backend and job id checked: a
+    record no backend wrote raises ``DamagedRunFile``."""
+    job = read_job(run)
+    if job is None:
+        return None
+    backend = backend_named(job["backend"], layout=job.get("layout"))
+    if backend is None:
+        raise DamagedRunFile(run.job_file, f"unknown backend {job['backend']!r}")
+    if problem := backend.job_id_problem(job["job_id"]):
+        raise DamagedRunFile(run.job_file, problem)
+    return job
+
+
+def head_ended(run: RunDir) -> dict[str, Any]:
+    """The head's last ``head_ended`` record (a resumed run has one per head that ran)."""
+    ended: dict[str, Any] = {}
+    for record in scan_jsonl(run.journal_file).records:  # run_view reports the journal's damage
+        if record.get("event") == "head_ended":
+            ended = record
+    return ended
+
+
+def head_end_reason(run: RunDir) -> str:
+    return str(head_ended(run).get("reason", ""))
