@@ -57,6 +57,14 @@ def invoke(*argv: str) -> dict[str, Any]:
     return json.loads(result.stdout)
 
 
+@pytest.fixture(autouse=True)
+def no_slurm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any Slurm command a test did not fake fails it (this machine may have a Slurm cluster)."""
+    def refuse(argv, **_: Any):
+        raise AssertionError(f"a test reached Slurm: {argv}")
+    monkeypatch.setattr(slurm_cli, "run_slurm", refuse)
+
+
 # -- launch --json -------------------------------------------------------------------------------
 @pytest.fixture
 def no_submit(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -83,12 +91,15 @@ def test_launch_json_keys(no_submit, tmp_path: Path, config: str, layout: str) -
     assert sorted(job) == ["backend", "job_id", "layout", "submitted_at"]  # written with sorted keys
 
 
-def test_launch_resume_json_keys_are_launchs(no_submit, tmp_path: Path) -> None:
+def test_launch_resume_json_keys_are_launchs(no_submit, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # resume asks Slurm whether the first job still runs: it was cancelled, and Slurm forgot it
+    monkeypatch.setattr(slurm_cli, "show_job", lambda job_id: None)
+    monkeypatch.setattr(slurm_cli, "completed_state", lambda job_id: "CANCELLED")
     config = ("launch", str(REPO / "configs/slurm-tiny.yaml"), "--json", "--set", f"run.output_root={tmp_path}",
               "--set", "rollout.harness_command=[]")
     run_dir = Path(invoke(*config)["run_dir"])
     resumed = invoke("launch", "--resume", str(run_dir), "--json")
-    assert list(resumed) == LAUNCH_KEYS
+    assert list(resumed) == LAUNCH_KEYS and resumed["run_dir"] == str(run_dir)
     job = json.loads((run_dir / "job.json").read_text())
     assert sorted(job) == ["backend", "job_id", "layout", "previous_jobs", "submitted_at"]
 
