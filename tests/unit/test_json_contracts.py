@@ -205,3 +205,12 @@ def test_status_json_keys_of_a_slurm_run_slurm_forgot(monkeypatch: pytest.Monkey
     assert list(view) == STATUS_KEYS
     assert view["job"] == {"id": "100", "backend": "slurm", "state": "ended", "slurm_state": "COMPLETED",
                            "reason": "completed", "components": [], "error": ""}
+
+
+def test_launch_dry_run_needs_no_slurm(tmp_path: Path) -> None:
+    """``--dry-run`` renders the sbatch script (it has no JSON form: ``--json`` leaves it the
+    script) without asking Slurm anything (the autouse fixture fails any Slurm call)."""
+    result = CliRunner().invoke(app, ["launch", str(REPO / "configs/slurm-tiny.yaml"), "--dry-run",
+                                      "--set", f"run.output_root={tmp_path}"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("#!/bin/bash") and not (tmp_path / "slurm-tiny").exists()
