@@ -25,7 +25,7 @@ def launch(
         "--resume", metavar="RUN", help="Continue a run that ended before completing (cancelled, time limit, its "
                                         "head killed): a new job takes over from the run's journal.")] = None,
     root: RootOpt = DEFAULT_ROOT,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the exact sbatch script; submit nothing.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the exact sbatch script (with --json: inside an object); submit nothing.")] = False,
     wait: Annotated[bool, typer.Option("--wait", help="Block until the run ends, showing its progress; "
                                                        "exit 0 only if it completed.")] = False,
     json_: JsonOpt = False,
@@ -65,7 +65,12 @@ def launch(
         assert config is not None
         cfg = load_config(config, set_)
         if dry_run:
-            typer.echo(dry_run_script(cfg), nl=False)
+            script = dry_run_script(cfg)
+            if json_:  # a script wants the text and what it is for, not text to scrape
+                emit_json({"dry_run": True, "run_dir": str(RunDir.of(cfg).path), "backend": cfg.cluster.backend,
+                           "layout": cfg.cluster.layout, "script": script})
+            else:
+                typer.echo(script, nl=False)
             return
         result = launch_run(cfg)
         name = cfg.run.name

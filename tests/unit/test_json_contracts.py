@@ -208,9 +208,14 @@ def test_status_json_keys_of_a_slurm_run_slurm_forgot(monkeypatch: pytest.Monkey
 
 
 def test_launch_dry_run_needs_no_slurm(tmp_path: Path) -> None:
-    """``--dry-run`` renders the sbatch script (it has no JSON form: ``--json`` leaves it the
-    script) without asking Slurm anything (the autouse fixture fails any Slurm call)."""
-    result = CliRunner().invoke(app, ["launch", str(REPO / "configs/slurm-tiny.yaml"), "--dry-run",
-                                      "--set", f"run.output_root={tmp_path}"])
+    """``--dry-run`` renders the sbatch script without asking Slurm anything (the autouse
+    fixture fails any Slurm call); with ``--json`` the script comes inside an object."""
+    argv = ["launch", str(REPO / "configs/slurm-tiny.yaml"), "--dry-run", "--set", f"run.output_root={tmp_path}"]
+    result = CliRunner().invoke(app, argv)
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("#!/bin/bash") and not (tmp_path / "slurm-tiny").exists()
+    as_json = CliRunner().invoke(app, [*argv, "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    shown = json.loads(as_json.stdout)
+    assert list(shown) == ["dry_run", "run_dir", "backend", "layout", "script"]
+    assert shown["script"] == result.stdout and shown["run_dir"] == str(tmp_path / "slurm-tiny")
