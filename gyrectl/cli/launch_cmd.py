@@ -25,7 +25,8 @@ def launch(
         "--resume", metavar="RUN", help="Continue a run that ended before completing (cancelled, time limit, its "
                                         "head killed): a new job takes over from the run's journal.")] = None,
     root: RootOpt = DEFAULT_ROOT,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the exact sbatch script (with --json: inside an object); submit nothing.")] = False,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Print the exact sbatch script (with --json: inside an object); submit nothing.")] = False,
     wait: Annotated[bool, typer.Option("--wait", help="Block until the run ends, showing its progress; "
                                                        "exit 0 only if it completed.")] = False,
     json_: JsonOpt = False,
