@@ -87,11 +87,11 @@ def run_loop(*, run: RunDir, config: Config, cluster: Cluster, nodes: Sequence[N
     tasks = load_tasks(launch_dir / config.rollout.tasks)
     verifier = load_verifier(config.rollout.verifier, launch_dir)
     _link_initial_weights(run, config, launch_dir)
-    token, served = run.token(), served_model_name(config)
+    token, server_key, served = run.token(), run.server_key(), served_model_name(config)
     writer = CaptureWriter(run.calls_store)
     # A call waits for a server as long as its execution may run: while a crashed cell's server
     # restarts, or while every cell is between roles, harnesses see a slow call, not an error.
-    settings = GatewaySettings(token=token, admin_token=run.admin_token(), server_key=run.server_key(),
+    settings = GatewaySettings(token=token, admin_token=run.admin_token(), server_key=server_key,
                                models=(served,), server_wait_s=config.rollout.execution_time_limit_s)
     gateway = BackgroundGateway(settings, sink=writer)
     load = LoadPublisher(run, gateway)
@@ -107,7 +107,7 @@ def run_loop(*, run: RunDir, config: Config, cluster: Cluster, nodes: Sequence[N
                             tasks=tasks,
                             executions_per_task=config.rollout.executions_per_task,
                             batch_executions=config.training.batch_executions,
-                            verifier=verifier, servers=servers, weight_sync=HttpWeightSync(server_key=run.server_key()))
+                            verifier=verifier, servers=servers, weight_sync=HttpWeightSync(server_key=server_key))
     actuator = Actuator(cluster=cluster, gateway=rollouts, clock=rollouts, steps=steps, cell_nodes=cell_nodes)
     try:
         past = read_events(run.journal_file)
