@@ -26,7 +26,7 @@ from pathlib import Path
 
 from gyrectl.capture.store import CaptureWriter
 from gyrectl.cluster.base import StepSpec
-from gyrectl.cluster.slurm import SlurmCluster
+from gyrectl.cluster.slurm.hetjob import SlurmCluster
 from gyrectl.config import load_config
 from gyrectl.gateway.background import BackgroundGateway
 from gyrectl.gateway.settings import GatewaySettings

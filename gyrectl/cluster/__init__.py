@@ -1,4 +1,4 @@
-"""Actuation: what a backend does, from the login node and inside the allocation, and one module
+"""Actuation: what a backend does, from the login node and inside the allocation, one folder
 per backend.
 
 Two interfaces. :class:`~gyrectl.cluster.base.Cluster` is what the head acts through inside the
@@ -11,10 +11,8 @@ server listens and on which port, where a training step meets). ``backend_for(co
 nothing outside this package compares ``backend`` or ``layout`` with a string
 (``tests/unit/test_backend_names.py``).
 
-``local`` / ``local_backend`` are the local backend; ``slurm_*`` the Slurm one (``slurm_backend``:
-the login-node side, with the ``cells`` and ``hetjob`` layouts as data; ``slurm`` and
-``slurm_cells``: the ``Cluster`` of each layout; sbatch rendering, submitit's executor, the
-``scontrol``/``sacct`` calls, the node-bound server wrapper ``slurm_bind``), and
-:mod:`gyrectl.sim.cluster` is the simulated ``Cluster``.
+One folder per backend: :mod:`gyrectl.cluster.local` and :mod:`gyrectl.cluster.slurm` (whose
+``cells`` and ``hetjob`` layouts are data of the one Slurm backend); ``processes`` is the process
+bookkeeping both share, and :mod:`gyrectl.sim.cluster` is the simulated ``Cluster``.
 May import: errors, config, run, store.
 """

@@ -11,17 +11,17 @@ picks it from its name.
 The node facts (where a server listens and on which port, where a training step meets) come from
 the backend too, so nothing outside ``gyrectl/cluster/`` branches on a backend's or a layout's
 name (``tests/unit/test_backend_names.py`` fails when something does). The backends fill this in
-next to their own code: :mod:`gyrectl.cluster.local_backend`, :mod:`gyrectl.cluster.slurm_backend`
+next to their own code: one folder per backend, :mod:`gyrectl.cluster.local` and :mod:`gyrectl.cluster.slurm`
 (whose two layouts are data of the one Slurm backend).
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from gyrectl.cluster.base import Cluster
 from gyrectl.config.schema import Config
@@ -32,8 +32,16 @@ from gyrectl.store.jsonl import scan_jsonl
 Head = Callable[[str], str]
 """The head's entry point (``gyrectl.launch.head.run_head``): takes the run directory, returns how
 the run ended. The backend runs it (submitit pickles it; the local backend runs its module)."""
-FitProblems = Callable[[Config, Sequence[Any]], list[str]]
-"""``gyrectl.launch.fit.fit_problems``: why an allocation cannot fit the partition's nodes."""
+
+
+class Deadline(Protocol):
+    def reached(self) -> bool:
+        """Whether the head should stop now, to end before the backend ends its job."""
+
+
+class NoDeadline:
+    def reached(self) -> bool:
+        return False
 
 
 @dataclass(frozen=True)
@@ -80,7 +88,7 @@ class Backend(abc.ABC):
     def dry_run(self, config: Config, *, run_dir: Path, folder: Path, python: str) -> str:
         """What ``gyrectl launch --dry-run`` prints: the exact script it would submit."""
 
-    def check_before_submitting(self, config: Config, *, run_dir: Path, fit_problems: FitProblems) -> None:
+    def check_before_submitting(self, config: Config, *, run_dir: Path) -> None:
         """Refuses (``UserError``), before anything is submitted, what this backend could never run."""
 
     @abc.abstractmethod
@@ -105,6 +113,10 @@ class Backend(abc.ABC):
     def cluster(self, config: Config, run: RunDir) -> Cluster:
         """The :class:`Cluster` the head discovers its nodes and starts its steps through."""
 
+    def deadline(self) -> Deadline:
+        """When the head, running in this backend's job, must stop by itself: never by default."""
+        return NoDeadline()
+
     # -- what the backend says about its nodes --------------------------------------------------
     @abc.abstractmethod
     def server_host_args(self) -> tuple[str, ...]:
@@ -126,8 +138,8 @@ class Backend(abc.ABC):
 def backend_named(name: str, *, layout: str | None = None) -> Backend | None:
     """The backend called ``name`` (``job.json``'s ``backend``, with its ``layout`` for Slurm's),
     None for a name no backend has."""
-    from gyrectl.cluster.local_backend import LocalBackend
-    from gyrectl.cluster.slurm_backend import slurm_backend
+    from gyrectl.cluster.local.backend import LocalBackend
+    from gyrectl.cluster.slurm.backend import slurm_backend
 
     if name == LocalBackend.name:
         return LocalBackend()

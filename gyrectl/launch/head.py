@@ -23,12 +23,10 @@ import traceback
 from dataclasses import asdict
 from pathlib import Path
 
-from gyrectl.cluster.backend import backend_for
-from gyrectl.cluster.base import Cluster, Node
+from gyrectl.cluster.backend import Deadline, backend_for
+from gyrectl.cluster.base import Node
 from gyrectl.config import load_config
-from gyrectl.config.schema import Config
 from gyrectl.errors import GyreError
-from gyrectl.launch.deadline import Deadline
 from gyrectl.launch.loop import run_loop, runnable
 from gyrectl.run.rundir import RunDir
 from gyrectl.store.jsonl import JsonlAppender
@@ -44,10 +42,6 @@ def node_table(nodes: list[Node]) -> list[dict[str, object]]:
     return [{**asdict(node), "role": IDLE} for node in nodes]
 
 
-def build_cluster(config: Config, run: RunDir) -> Cluster:
-    return backend_for(config).cluster(config, run)
-
-
 def run_head(run_path: str) -> str:
     """Entry point of the head; returns how the run ended (also the submitit result)."""
     run = RunDir(Path(run_path))
@@ -58,10 +52,10 @@ def run_head(run_path: str) -> str:
         ended_by.append(_SIGNALLED[signal.Signals(signum)])
         stop.set()
 
-    deadline = Deadline()
+    deadlines: list[Deadline] = []  # the backend's, once the config names it
 
     def stopped() -> bool:
-        if not stop.is_set() and deadline.reached():
+        if not stop.is_set() and any(d.reached() for d in deadlines):
             ended_by.append("time_limit")
             stop.set()
         return stop.is_set() or run.stop_file.exists()
@@ -73,7 +67,9 @@ def run_head(run_path: str) -> str:
         journal.append({"event": "head_started", "at": time.time(), "host": socket.gethostname(),
                         "pid": os.getpid(), "slurm_job_id": os.environ.get("SLURM_JOB_ID")})
         config = load_config(run.config_file)
-        cluster = build_cluster(config, run)
+        backend = backend_for(config)
+        deadlines.append(backend.deadline())
+        cluster = backend.cluster(config, run)
         error = ""
         try:
             nodes = list(cluster.discover())  # in the cells layout: waits for every cell's job to start

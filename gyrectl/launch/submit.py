@@ -65,10 +65,8 @@ def resume_run(run: RunDir) -> LaunchResult:
 
 
 def _check_before_submitting(config: Config) -> None:
-    from gyrectl.launch.fit import fit_problems
-
     check_loop_inputs(config, Path.cwd())
-    backend_for(config).check_before_submitting(config, run_dir=RunDir.of(config).path, fit_problems=fit_problems)
+    backend_for(config).check_before_submitting(config, run_dir=RunDir.of(config).path)
 
 
 def _submit(config: Config, run: RunDir, *, previous_jobs: list[str]) -> LaunchResult:

@@ -23,7 +23,7 @@ Why each fixed part is there:
   a server is locked with the run's server key (``VLLM_API_KEY`` in its environment, checked on
   every route by ``--middleware gyrectl.rollout.guard.ServerKeyGuard``; see ``rollout.guard``).
 * Where it listens: loopback on the local backend; on Slurm the address of the node it runs on,
-  looked up there by ``gyrectl.cluster.slurm_bind`` (one command runs on every node of a cell).
+  looked up there by ``gyrectl.cluster.slurm.bind`` (one command runs on every node of a cell).
 * On CPU, ``VLLM_CPU_OMP_THREADS_BIND=nobind`` and ``OMP_NUM_THREADS=1``: pinned (``auto``) servers
   on a small shared machine starve their own API front-end while generating, which then sends a
   whole stream in one burst at its end. ``VLLM_CPU_KVCACHE_SPACE`` (GiB) takes precedence over

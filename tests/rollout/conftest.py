@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gyrectl.cluster.local import LocalCluster
+from gyrectl.cluster.local.cluster import LocalCluster
 from gyrectl.config import parse_config
 from gyrectl.errors import RuntimeFailure
 from gyrectl.launch.steps import step_factory

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from gyrectl.cluster.local import LocalCluster
+from gyrectl.cluster.local.cluster import LocalCluster
 from gyrectl.config.schema import Config
 from gyrectl.rollout.http import post
 from gyrectl.run.rundir import RunDir

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gyrectl.cluster import slurm_bind
+from gyrectl.cluster.slurm import bind as slurm_bind
 from gyrectl.config import parse_config
 from gyrectl.config.schema import Config
 from gyrectl.errors import RuntimeFailure
@@ -55,7 +55,7 @@ def test_gpu_server_on_slurm() -> None:
                  rollout={"server_port": 9000})
     launch = rollout_server(cfg, cell=3, weights_dir=WEIGHTS)
     # One command for every node of the cell: each node binds its own address, looked up there
-    assert launch.command[:6] == (sys.executable, "-m", "gyrectl.cluster.slurm_bind",
+    assert launch.command[:6] == (sys.executable, "-m", "gyrectl.cluster.slurm.bind",
                                   sys.executable, "-m", "vllm.entrypoints.openai.api_server")
     assert "--host" not in launch.command  # never 0.0.0.0: slurm_bind appends the node's address
     assert flag_value(launch.command, "--served-model-name") == "Qwen3-32B"

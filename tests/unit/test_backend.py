@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gyrectl.cluster.backend import backend_for, backend_named, read_job_record
-from gyrectl.cluster.local import LocalCluster
+from gyrectl.cluster.local.cluster import LocalCluster
 from gyrectl.config import parse_config
 from gyrectl.run.rundir import DamagedRunFile, RunDir
 
@@ -28,7 +28,7 @@ def test_node_facts_of_each_backend() -> None:
     assert (local.rendezvous_host("node7"), slurm.rendezvous_host("node7")) == ("127.0.0.1", "node7")
     assert local.server_host_args() == ("--host", "127.0.0.1") and slurm.server_host_args() == ()
     assert local.bind(("vllm",), python="py") == ("vllm",)
-    assert slurm.bind(("vllm",), python="py") == ("py", "-m", "gyrectl.cluster.slurm_bind", "vllm")
+    assert slurm.bind(("vllm",), python="py") == ("py", "-m", "gyrectl.cluster.slurm.bind", "vllm")
     assert isinstance(local.cluster(parse_config({}), RunDir(Path("/nonexistent"))), LocalCluster)
 
 

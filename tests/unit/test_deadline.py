@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 
 from gyrectl.errors import RuntimeFailure
-from gyrectl.launch import deadline as deadline_module
-from gyrectl.launch.deadline import Deadline
+from gyrectl.cluster.slurm import deadline as deadline_module
+from gyrectl.cluster.slurm.deadline import SlurmDeadline as Deadline
 
 
 def test_outside_a_job_there_is_no_deadline() -> None:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gyrectl.cluster.slurm_cli import PartitionNode
+from gyrectl.cluster.slurm.cli import PartitionNode
 from gyrectl.config.loader import parse_config
-from gyrectl.launch.fit import fit_problems
+from gyrectl.cluster.slurm.fit import fit_problems
 
 
 def _config(**cluster):

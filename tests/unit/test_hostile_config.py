@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gyrectl.cluster.slurm_sbatch import render_for_config
+from gyrectl.cluster.slurm.sbatch import render_for_config
 from gyrectl.config import load_config
 from gyrectl.config.schema import Config
 from gyrectl.errors import ConfigError

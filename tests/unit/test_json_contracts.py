@@ -20,10 +20,10 @@ from typer.testing import CliRunner
 from gyrectl.capture.record import CallRecord
 from gyrectl.capture.store import CaptureWriter, scan
 from gyrectl.cli.app import app
-from gyrectl.cluster import slurm_cli
-from gyrectl.cluster.local_backend import LocalBackend
-from gyrectl.cluster.slurm_backend import SlurmBackend
-from gyrectl.cluster.slurm_cli import JobComponent, PartitionNode
+from gyrectl.cluster.slurm import cli as slurm_cli
+from gyrectl.cluster.local.backend import LocalBackend
+from gyrectl.cluster.slurm.backend import SlurmBackend
+from gyrectl.cluster.slurm.cli import JobComponent, PartitionNode
 from gyrectl.config import dump_config, load_config
 from gyrectl.run.rundir import RunDir
 

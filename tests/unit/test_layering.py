@@ -93,3 +93,13 @@ def test_imports_are_found_at_any_depth() -> None:
     tree = ast.parse("def f():\n    from gyrectl.launch.head import run_head\n    import gyrectl.cli.app\n"
                      "from .relative import x\nimport os\n")
     assert imported_modules(tree) == ["gyrectl.launch.head", "gyrectl.cli.app"]
+
+
+MAX_MODULE_LINES = 400
+"""Past this a module holds more than one concept: split it along the seam it has grown."""
+
+
+def test_no_module_outgrows_one_concept() -> None:
+    long = [f"{path.relative_to(PACKAGE_ROOT)}: {n} lines" for path in sorted(PACKAGE_ROOT.rglob("*.py"))
+            if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES]
+    assert not long, f"modules over {MAX_MODULE_LINES} lines:\n" + "\n".join(long)

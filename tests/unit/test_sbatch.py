@@ -11,7 +11,7 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from gyrectl.cluster.slurm_sbatch import render_for_config
+from gyrectl.cluster.slurm.sbatch import render_for_config
 from gyrectl.config import load_config
 
 from tests.conftest import REPO

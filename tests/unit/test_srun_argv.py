@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gyrectl.cluster.base import StepSpec
-from gyrectl.cluster.slurm import srun_argv
+from gyrectl.cluster.slurm.hetjob import srun_argv
 
 
 def test_a_het_component_step_is_exact_pinned_and_named() -> None:

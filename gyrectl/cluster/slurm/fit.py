@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gyrectl.cluster.slurm_cli import PartitionNode
+from gyrectl.cluster.slurm.cli import PartitionNode
 from gyrectl.config.schema import Config
 
 

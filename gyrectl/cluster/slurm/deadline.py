@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 
-from gyrectl.cluster.slurm_cli import job_end_time
+from gyrectl.cluster.slurm.cli import job_end_time
 from gyrectl.errors import GyreError
 
 STOP_BEFORE_S = 90.0
@@ -20,7 +20,7 @@ STOP_BEFORE_S = 90.0
 REREAD_S = 60.0
 
 
-class Deadline:
+class SlurmDeadline:
     def __init__(self, job_id: str | None = None, *, stop_before_s: float = STOP_BEFORE_S):
         self._job_id = job_id if job_id is not None else os.environ.get("SLURM_JOB_ID", "")
         self._stop_before_s = stop_before_s

@@ -1,10 +1,10 @@
 """The Slurm backend from the login node: the head's job goes in through submitit (sbatch), its
 state comes from ``scontrol``/``sacct``, and every cell has nodes of its own, so one port serves
-every cell and a server binds to its node's address (``gyrectl.cluster.slurm_bind``).
+every cell and a server binds to its node's address (``gyrectl.cluster.slurm.bind``).
 
 Its two layouts are data of this one backend (:class:`SlurmLayout`):
 
-    cells:  the head alone is a job; the head submits one job per cell (``slurm_cells.py``)
+    cells:  the head alone is a job; the head submits one job per cell (``cells.py``)
     hetjob: one heterogeneous job, component 0 = the head, component 1 = the workers (``slurm.py``)
 
 Job states are folded into four words scripts can rely on — ``pending``, ``running``, ``ended``,
@@ -19,15 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gyrectl.cluster.backend import (Backend, ComponentRow, FitProblems, Head, JobView, head_end_reason,
-                                     head_ended)
+from gyrectl.cluster.backend import Backend, ComponentRow, Deadline, Head, JobView, head_end_reason, head_ended
 from gyrectl.cluster.base import Cluster
 from gyrectl.config.schema import Config
 from gyrectl.errors import RuntimeFailure, UserError
 from gyrectl.run.files import read_cells
 from gyrectl.run.rundir import DamagedRunFile, RunDir
 
-BIND_MODULE = "gyrectl.cluster.slurm_bind"
+BIND_MODULE = "gyrectl.cluster.slurm.bind"
 _PENDING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED", "CONFIGURING"}
 _RUNNING = {"RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING", "RESIZING"}
 
@@ -67,13 +66,14 @@ class SlurmBackend(Backend):
     name = "slurm"
 
     def dry_run(self, config: Config, *, run_dir: Path, folder: Path, python: str) -> str:
-        from gyrectl.cluster.slurm_sbatch import render_for_config
+        from gyrectl.cluster.slurm.sbatch import render_for_config
 
         return render_for_config(config, run_dir=run_dir, folder=folder, python=python)
 
-    def check_before_submitting(self, config: Config, *, run_dir: Path, fit_problems: FitProblems) -> None:
-        from gyrectl.cluster.slurm_cli import partition_nodes
-        from gyrectl.cluster.slurm_sbatch import check_run_dir
+    def check_before_submitting(self, config: Config, *, run_dir: Path) -> None:
+        from gyrectl.cluster.slurm.cli import partition_nodes
+        from gyrectl.cluster.slurm.fit import fit_problems
+        from gyrectl.cluster.slurm.sbatch import check_run_dir
 
         check_run_dir(run_dir)
         if problems := fit_problems(config, partition_nodes()):
@@ -82,8 +82,8 @@ class SlurmBackend(Backend):
     def submit(self, config: Config, run: RunDir, *, head: Head) -> str:
         import submitit
 
-        from gyrectl.cluster.slurm_executor import GyreExecutor
-        from gyrectl.cluster.slurm_sbatch import head_parameters, worker_directives
+        from gyrectl.cluster.slurm.executor import GyreExecutor
+        from gyrectl.cluster.slurm.sbatch import head_parameters, worker_directives
 
         workers = () if self.layout.cell_jobs else worker_directives(config)
         try:
@@ -101,7 +101,7 @@ class SlurmBackend(Backend):
         return str(job.job_id)
 
     def job_view(self, run: RunDir, job_id: str, *, damaged: dict[str, str] | None) -> JobView:
-        from gyrectl.cluster.slurm_cli import completed_state, show_job
+        from gyrectl.cluster.slurm.cli import completed_state, show_job
 
         components = show_job(job_id)
         if components is None:  # Slurm forgot the job (MinJobAge passed): ask the completion log
@@ -125,15 +125,19 @@ class SlurmBackend(Backend):
 
     def cancel_waiting(self, job: JobView) -> None:
         if job.state == "pending":
-            from gyrectl.cluster.slurm_cli import run_slurm
+            from gyrectl.cluster.slurm.cli import run_slurm
             run_slurm(["scancel", job.id])
 
     def cluster(self, config: Config, run: RunDir) -> Cluster:
         if self.layout.cell_jobs:
-            from gyrectl.cluster.slurm_cells import SlurmCellsCluster
+            from gyrectl.cluster.slurm.cells import SlurmCellsCluster
             return SlurmCellsCluster(config, run)
-        from gyrectl.cluster.slurm import SlurmCluster
+        from gyrectl.cluster.slurm.hetjob import SlurmCluster
         return SlurmCluster()
+
+    def deadline(self) -> Deadline:
+        from gyrectl.cluster.slurm.deadline import SlurmDeadline
+        return SlurmDeadline()
 
     def server_host_args(self) -> tuple[str, ...]:
         return ()  # the node's address is looked up on the node: see bind
@@ -151,7 +155,7 @@ class SlurmBackend(Backend):
 def _cell_jobs(run: RunDir, damaged: dict[str, str] | None) -> list[dict[str, Any]]:
     """The cells layout's cell jobs (``cells.json``), each with the cell it holds or replaces and
     Slurm's reason while it waits; a damaged ``cells.json`` is noted in ``damaged`` when given."""
-    from gyrectl.cluster.slurm_cli import show_job
+    from gyrectl.cluster.slurm.cli import show_job
 
     try:
         cells = read_cells(run)

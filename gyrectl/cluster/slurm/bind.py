@@ -1,7 +1,7 @@
 """Runs a server command with ``--host`` set to the address of the node it runs on, so a rollout
 server listens on the node's cluster address only, never on every interface.
 
-    python -m gyrectl.cluster.slurm_bind PYTHON -m vllm.entrypoints.openai.api_server --model ...
+    python -m gyrectl.cluster.slurm.bind PYTHON -m vllm.entrypoints.openai.api_server --model ...
 
 One command serves every node of a step (``srun --ntasks=<nodes>``), so the address can only be
 looked up on the node: it is the ``NodeAddr`` Slurm holds for ``$SLURMD_NODENAME``, the same
@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sys
 
-from gyrectl.cluster.slurm import node_address
+from gyrectl.cluster.slurm.hetjob import node_address
 from gyrectl.errors import RuntimeFailure
 
 
@@ -25,7 +25,7 @@ def bound(command: list[str], node: str) -> list[str]:
 def main(argv: list[str]) -> None:
     node = os.environ.get("SLURMD_NODENAME", "")
     if not argv or not node:
-        sys.exit("usage: python -m gyrectl.cluster.slurm_bind COMMAND... (inside a Slurm step)")
+        sys.exit("usage: python -m gyrectl.cluster.slurm.bind COMMAND... (inside a Slurm step)")
     try:
         command = bound(argv, node)
     except RuntimeFailure as exc:

@@ -19,9 +19,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gyrectl.cluster.base import Node, StepState, StepStatus
-from gyrectl.cluster.slurm import SlurmCluster, discover_allocation, node_address
-from gyrectl.cluster.slurm_cli import failed_nodes, job_nodes, job_states, run_slurm, show_node, slurmd_port
-from gyrectl.cluster.slurm_sbatch import cell_parameters
+from gyrectl.cluster.slurm.hetjob import SlurmCluster, discover_allocation, node_address
+from gyrectl.cluster.slurm.cli import failed_nodes, job_nodes, job_states, run_slurm, show_node, slurmd_port
+from gyrectl.cluster.slurm.sbatch import cell_parameters
 from gyrectl.config.schema import Config
 from gyrectl.errors import GyreError, RuntimeFailure
 from gyrectl.run.rundir import RunDir
@@ -144,7 +144,7 @@ class SlurmCellsCluster(SlurmCluster):
             run_slurm(["scancel", *jobs], check=False)
 
     def _submit(self, cell: int) -> CellJob:
-        from gyrectl.cluster.slurm_executor import GyreExecutor
+        from gyrectl.cluster.slurm.executor import GyreExecutor
 
         executor = GyreExecutor(self._run.submitit_dir / "cells", extra_directives=self._config.cluster.extra_sbatch)
         executor.update_parameters(**cell_parameters(self._config, cell=cell))

@@ -1,5 +1,5 @@
 """The Slurm backend of the ``hetjob`` layout, used from inside the heterogeneous allocation (on
-the head component); ``slurm_cells.py`` extends it for the ``cells`` layout.
+the head component); ``cells.py`` extends it for the ``cells`` layout.
 
 Discovery reads the allocation from the environment Slurm gives the batch script
 (``SLURM_JOB_NODELIST_HET_GROUP_<k>``, ``SLURM_JOB_CPUS_PER_NODE_HET_GROUP_<k>``) and asks
@@ -21,9 +21,9 @@ from collections.abc import Mapping, Sequence
 
 from gyrectl.cluster.base import Cluster, Node, StepSpec, StepStatus
 from gyrectl.cluster.processes import ProcessSteps
-from gyrectl.cluster.slurm_cli import (expand_hostlist, gres_gpus, job_steps, parse_cpus_per_node, run_slurm,
+from gyrectl.cluster.slurm.cli import (expand_hostlist, gres_gpus, job_steps, parse_cpus_per_node, run_slurm,
                                        show_node)
-from gyrectl.cluster.slurm_templates import render_template
+from gyrectl.cluster.slurm.templates import render_template
 from gyrectl.errors import RuntimeFailure
 
 WORKER_GROUP = 1

@@ -19,7 +19,7 @@ from typing import Any
 
 from submitit.slurm.slurm import _make_sbatch_string
 
-from gyrectl.cluster.slurm_templates import render_template
+from gyrectl.cluster.slurm.templates import render_template
 from gyrectl.config.schema import Config
 from gyrectl.errors import UserError
 

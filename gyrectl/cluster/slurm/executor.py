@@ -14,7 +14,7 @@ from pathlib import Path
 
 from submitit.slurm.slurm import SlurmExecutor
 
-from gyrectl.cluster.slurm_sbatch import head_command, render_sbatch
+from gyrectl.cluster.slurm.sbatch import head_command, render_sbatch
 
 
 class GyreExecutor(SlurmExecutor):

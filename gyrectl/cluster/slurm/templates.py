@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gyrectl.errors import UserError
 
-_REPO_TEMPLATES = Path(__file__).resolve().parents[2] / "slurm_templates"
+_REPO_TEMPLATES = Path(__file__).resolve().parents[3] / "slurm_templates"
 
 
 def templates_dir() -> Path:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from gyrectl.cluster.backend import Backend, Head, JobView, head_ended
 from gyrectl.cluster.base import Cluster
-from gyrectl.cluster.local import LocalCluster
+from gyrectl.cluster.local.cluster import LocalCluster
 from gyrectl.config.schema import Config
 from gyrectl.run.rundir import RunDir
 
