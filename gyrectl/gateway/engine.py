@@ -25,7 +25,7 @@ from gyrectl.gateway import capture as cap
 from gyrectl.gateway.continuation import continuation_body, remaining_tokens
 from gyrectl.gateway.errors import GatewayError, Loss, UpstreamLost
 from gyrectl.gateway.pool import Lease, ServerPool
-from gyrectl.gateway.retry import Attempts, gave_up
+from gyrectl.gateway.retry import Attempts
 from gyrectl.gateway.sink import CallSink
 from gyrectl.gateway.upstream import Upstream, UpstreamRejected
 
@@ -48,14 +48,13 @@ class Generation:
         self.deps, self.ctx, self.api, self.request = deps, ctx, api, body
         self.upstream_body, self.asked = api.upstream_request(body)
         self.captures: dict[int, cap.ChoiceCapture] = {}
-        self._attempts = Attempts(deps.pool, ctx.execution)
 
     async def respond(self) -> dict[str, Any]:
         """Non-streaming: nothing reaches the client before the end, so a lost server just
         means sending the whole call again elsewhere."""
-        for _ in range(self.deps.max_attempts):
-            lease = await self._attempts.acquire()
-            try:
+        attempts = self._attempts()
+        async for attempt in attempts:
+            async with attempt as lease:
                 request_id = uuid.uuid4().hex
                 response = _readable(lease, await self.deps.upstream.post_json(
                     lease, self.api.PATH, self.upstream_body, request_id=request_id,
@@ -67,11 +66,7 @@ class Generation:
                 self.captures = captures
                 self._record()
                 return self.api.strip_response(response, self.asked)
-            except UpstreamLost as lost:
-                self._attempts.lost(lease, lost)
-            finally:
-                self.deps.pool.release(lease)
-        raise gave_up(self._attempts.last)
+        raise attempts.gave_up()
 
     async def stream(self) -> AsyncIterator[dict[str, Any]]:
         """Streaming: yields the client's chunks (without ``[DONE]``); records at the end, also
@@ -79,9 +74,9 @@ class Generation:
         header: dict[str, Any] | None = None
         unfinished = cap.CLIENT_CLOSED
         try:
-            for _ in range(self.deps.max_attempts):
-                lease = await self._attempts.acquire()
-                try:
+            attempts = self._attempts()
+            async for attempt in attempts:
+                async with attempt as lease:
                     if header is None:
                         async for chunk in self._first_attempt(lease):
                             header = header or {k: chunk[k] for k in ("id", "created", "model") if k in chunk}
@@ -89,15 +84,11 @@ class Generation:
                     else:
                         async for chunk in self._continue(lease, header):
                             yield chunk
-                    if all(c.finished for c in self.captures.values()) and self.captures:
+                    if self.captures and all(c.finished for c in self.captures.values()):
                         break
                     raise UpstreamLost(f"{lease.server}: stream ended early", Loss.ENDED)
-                except UpstreamLost as lost:
-                    self._attempts.lost(lease, lost)
-                finally:
-                    self.deps.pool.release(lease)
             else:
-                raise gave_up(self._attempts.last)
+                raise attempts.gave_up()
             if self.asked.include_usage and header is not None:
                 yield self.api.usage_chunk(header, self.captures)
         except (GatewayError, UpstreamRejected):
@@ -150,6 +141,9 @@ class Generation:
                         piece = {**piece, "finish_reason": None}
                     if piece.get("text") or piece.get("finish_reason"):
                         yield self.api.continuation_chunk(header, choice.index, piece, self.asked)
+
+    def _attempts(self) -> Attempts:
+        return Attempts(self.deps.pool, self.ctx.execution, self.deps.max_attempts)
 
     def _abort_ids(self, request_id: str) -> list[str]:
         prefixed = self.api.ABORT_PREFIX + request_id
