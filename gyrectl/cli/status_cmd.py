@@ -143,9 +143,9 @@ def _cells_table(view: RunView) -> object:
              + (f"training step {training.index} on cells {list(training.cells)} since {_clock(training.started_at)}"
                 if training else "no training step running"))
     rows = [(c.id, ",".join(c.nodes), c.role, c.phase + (" (in step)" if c.in_training_step else ""),
-             _clock(c.since), "" if c.weight_version is None else f"v{c.weight_version}")
+             _clock(c.since), c.engine, "" if c.weight_version is None else f"v{c.weight_version}")
             for c in view.cells]
-    return table(title, ["cell", "nodes", "role", "phase", "since", "weights"], rows)
+    return table(title, ["cell", "nodes", "role", "phase", "since", "engine", "weights"], rows)
 
 
 def _count(value: int | None) -> str:

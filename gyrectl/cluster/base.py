@@ -50,6 +50,9 @@ class StepSpec:
     """CPUs the step takes on each node (Slurm: ``--exact -c``)."""
     gpus_per_node: int = 0
     """GPUs the step takes on each node."""
+    overlap: bool = False
+    """Shares its nodes' CPUs, memory and GPUs with the step already there (a training member
+    beside its cell's sleeping server; Slurm: ``--overlap``)."""
     log_path: Path | None = None
     """Where the step's stdout and stderr go."""
 

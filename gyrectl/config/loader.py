@@ -158,7 +158,7 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
     origin = typing.get_origin(tp)
     if origin is typing.Literal:
         choices = typing.get_args(tp)
-        if value not in choices:
+        if value not in choices or isinstance(value, bool) != any(isinstance(c, bool) for c in choices):  # True == 1
             raise ConfigError(path, f"must be one of {', '.join(map(repr, choices))}, got {value!r}")
         return value
     if origin in (typing.Union, types.UnionType):

@@ -117,6 +117,14 @@ class RolloutConfig:
     execution_time_limit_s: float = 3600.0
     """An execution still running after this many seconds is stopped and scored on what it
     produced."""
+    sleep_level: Literal[0, 1, 2] = 1
+    """What a cell's vLLM server does while the cell trains. 1: sleeps (``POST /sleep?level=1``:
+    weights offloaded to host memory, KV cache freed) and wakes in seconds when the cell returns,
+    then loads the newest weights; the node's host memory holds the weights beside the trainer's.
+    2: sleeps and discards its weights too (they are reloaded from the newest checkpoint on wake),
+    for nodes whose host memory cannot hold both roles. 0: the server is stopped and a new one
+    cold-starts on return (an engine start: tens of seconds to minutes). vLLM on CPU accepts the
+    sleep call and keeps everything in memory."""
 
 
 @dataclass(frozen=True)

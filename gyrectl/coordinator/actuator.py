@@ -18,8 +18,9 @@ from gyrectl.coordinator.events import (CellLost, CellPlaced, Dispatched, Event,
                                         SyncStarted, TrainEnded, TrainExtended, TrainRetried, TrainStarted)
 from gyrectl.coordinator.observation import read_world
 from gyrectl.coordinator.ports import Clock, RolloutGateway, StepBuilder
-from gyrectl.coordinator.recovery import (EndTraining, GiveUp, LoseCell, PlaceCell, Recovery, RestartServer,
-                                          RetryTraining, RouteServer, StopDrained, recover)
+from gyrectl.coordinator.recovery import (EndTraining, ForgetServer, GiveUp, LoseCell, PlaceCell, Recovery,
+                                          RestartServer, RetryTraining, RouteServer, SleepDrained, StopDrained,
+                                          recover)
 from gyrectl.coordinator.state import CoordinatorState, Phase
 from gyrectl.errors import RuntimeFailure
 
@@ -50,6 +51,8 @@ class Actuator:
                 return [self._start_server(cell, Phase.STARTING, state.version, now)]
             case MoveCell(cell=cell, to=Phase.ROLLOUT):
                 assert state.cells[cell].phase is Phase.TRAIN and (state.train is None or cell not in state.train.cells)
+                if state.cells[cell].sleeping_server:
+                    return self._wake(state, cell, now)
                 return [self._start_server(cell, Phase.RETURNING, state.version, now)]
             case MoveCell(cell=cell, to=Phase.TRAIN) if state.cells[cell].phase is Phase.IDLE:
                 return [PhaseChanged(cell=cell, phase=Phase.TRAIN, at=now)]
@@ -100,6 +103,15 @@ class Actuator:
                 if not self._cluster.step_status(step_id).state.ended:
                     return []  # the stop has not taken yet: asked again next round
                 return [PhaseChanged(cell=cell, phase=Phase.TRAIN, at=self._clock.now())]  # stamped after it took
+            case SleepDrained(cell=cell, step_id=step_id, level=level, weight_version=version):
+                try:
+                    self._gateway.sleep(cell, level=level)
+                except RuntimeFailure:  # it does not answer: stop it, the return will cold-start
+                    return self._recover(StopDrained(cell=cell, step_id=step_id), now)
+                return [PhaseChanged(cell=cell, phase=Phase.TRAIN, at=self._clock.now(), weight_version=version,
+                                     warm=True, sleeping_server=step_id)]
+            case ForgetServer(cell=cell, step_id=step_id, exit_code=exit_code):
+                return [StepFailed(cell=cell, step_id=step_id, role="rollout", exit_code=exit_code, at=now)]
             case RouteServer(cell=cell, step_id=step_id, weight_version=version):
                 self._gateway.route(cell, routed=True, weight_version=version)
                 return [PhaseChanged(cell=cell, phase=Phase.ROLLOUT, at=now, step_id=step_id, weight_version=version)]
@@ -127,6 +139,23 @@ class Actuator:
     def _stop(self, step_ids: Iterable[str]) -> None:
         for step_id in step_ids:
             self._cluster.stop_step(step_id, grace_s=0.0)  # nothing they hold is worth waiting for
+
+    def _wake(self, state: CoordinatorState, cell: int, now: float) -> list[Event]:
+        """The cell's sleeping server serves again: woken, then given the newest weights (always
+        after level 2, which discarded them); one that does not wake is replaced by a cold start."""
+        asleep = state.cells[cell]
+        try:
+            self._gateway.wake(cell)
+        except RuntimeFailure:
+            self._stop([asleep.sleeping_server])
+            failed = StepFailed(cell=cell, step_id=asleep.sleeping_server, role="rollout", exit_code=None, at=now)
+            return [failed, self._start_server(cell, Phase.RETURNING, state.version, now)]
+        woke = PhaseChanged(cell=cell, phase=Phase.RETURNING, at=now, step_id=asleep.sleeping_server,
+                            weight_version=asleep.weight_version, warm=True)
+        if asleep.weight_version == state.version and state.limits.sleep_level < 2:
+            return [woke]
+        self._gateway.sync_weights(cell, state.version)
+        return [woke, SyncStarted(cell=cell, version=state.version, at=now)]
 
     def _start_server(self, cell: int, phase: Phase, version: int, now: float) -> PhaseChanged:
         spec = self._steps.rollout(cell=cell, nodes=self.cell_nodes[cell], version=version)

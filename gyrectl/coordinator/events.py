@@ -50,6 +50,11 @@ class PhaseChanged:
     at: float
     step_id: str = ""
     weight_version: int = 0
+    warm: bool = False
+    """The change kept the cell's engine: its server went to sleep (to ``train``) or woke up
+    (to ``returning``) instead of stopping or starting."""
+    sleeping_server: str = ""
+    """The server step left asleep on the cell (to ``train`` with a sleep level above 0)."""
 
 
 @dataclass(frozen=True)
@@ -185,7 +190,8 @@ def _finished(state: CoordinatorState, e: Finished) -> CoordinatorState:
 
 def _phase_changed(state: CoordinatorState, e: PhaseChanged) -> CoordinatorState:
     return _with_cell(state, e.cell, phase=e.phase, since=e.at, step_id=e.step_id,
-                      weight_version=e.weight_version, syncing=False)
+                      weight_version=e.weight_version, syncing=False, sleeping_server=e.sleeping_server,
+                      warm=e.warm)
 
 
 def _train_started(state: CoordinatorState, e: TrainStarted) -> CoordinatorState:
@@ -222,7 +228,9 @@ def _train_ended(state: CoordinatorState, e: TrainEnded) -> CoordinatorState:
 
 
 def _step_failed(state: CoordinatorState, e: StepFailed) -> CoordinatorState:
-    return _with_cell(state, e.cell, failures=state.cells[e.cell].failures + 1, syncing=False)
+    cell = state.cells[e.cell]
+    asleep = "" if e.step_id == cell.sleeping_server else cell.sleeping_server  # a sleeping server died
+    return _with_cell(state, e.cell, failures=cell.failures + 1, syncing=False, sleeping_server=asleep)
 
 
 def _train_retried(state: CoordinatorState, e: TrainRetried) -> CoordinatorState:
@@ -235,13 +243,13 @@ def _train_retried(state: CoordinatorState, e: TrainRetried) -> CoordinatorState
 
 
 def _resumed(state: CoordinatorState, e: Resumed) -> CoordinatorState:
-    cells = CellTable(dataclasses.replace(c, phase=Phase.IDLE, since=e.at, step_id="", syncing=False)
-                      for c in state.cells)  # a new allocation: lost nodes are replaced too
+    cells = CellTable(dataclasses.replace(c, phase=Phase.IDLE, since=e.at, step_id="", syncing=False,
+                                          sleeping_server="") for c in state.cells)  # a new allocation: lost nodes are replaced too
     return _abandon_training(dataclasses.replace(state, cells=cells))
 
 
 def _cell_lost(state: CoordinatorState, e: CellLost) -> CoordinatorState:
-    state = _with_cell(state, e.cell, phase=Phase.LOST, since=e.at, step_id="", syncing=False)
+    state = _with_cell(state, e.cell, phase=Phase.LOST, since=e.at, step_id="", syncing=False, sleeping_server="")
     if state.train is None or e.cell not in state.train.cells:
         return state
     cells = list(state.cells)
@@ -251,7 +259,7 @@ def _cell_lost(state: CoordinatorState, e: CellLost) -> CoordinatorState:
 
 
 def _cell_placed(state: CoordinatorState, e: CellPlaced) -> CoordinatorState:
-    return _with_cell(state, e.cell, phase=Phase.IDLE, since=e.at, step_id="", syncing=False)
+    return _with_cell(state, e.cell, phase=Phase.IDLE, since=e.at, step_id="", syncing=False, sleeping_server="")
 
 
 def _abandon_training(state: CoordinatorState) -> CoordinatorState:

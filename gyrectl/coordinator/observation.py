@@ -32,7 +32,8 @@ class Observation:
     granted: Mapping[int, tuple[Node, ...]] = field(default_factory=dict)
     """Replacement nodes the cluster granted, per cell the state knows as lost."""
     steps: Mapping[str, StepStatus] = field(default_factory=dict)
-    """Status of the server step of every starting, returning and serving cell."""
+    """Status of the server step of every starting, returning and serving cell, and of every
+    sleeping server."""
     sessions: Mapping[int, int] = field(default_factory=dict)
     """Executions each draining cell's server still holds."""
     ready: frozenset[int] = frozenset()
@@ -62,6 +63,9 @@ def read_world(state: CoordinatorState, *, cluster: Cluster, gateway: RolloutGat
             ready.add(cell.id)
     for cell in state.cells.by_phase[Phase.ROLLOUT]:
         steps[cell.step_id] = cluster.step_status(cell.step_id)
+    for cell in state.cells.by_phase[Phase.TRAIN]:
+        if cell.sleeping_server:
+            steps[cell.sleeping_server] = cluster.step_status(cell.sleeping_server)
     training = _training(state, cluster)
     ended = any(status.state.ended for status in (*steps.values(), *training))
     lost_later = frozenset(cluster.lost_cells()) if ended else lost

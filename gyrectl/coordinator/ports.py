@@ -28,6 +28,14 @@ class RolloutGateway(Protocol):
         """Adds a cell's server (serving ``weight_version``) to the routing, or drains it (its
         executions move on between calls)."""
 
+    def sleep(self, cell: int, *, level: int) -> None:
+        """Puts the cell's drained server to sleep (``rollout.sleep_level``); raises
+        ``RuntimeFailure`` if it does not answer."""
+
+    def wake(self, cell: int) -> None:
+        """Wakes the cell's sleeping server (it serves the weights it had, or none at level 2,
+        until ``sync_weights``); raises ``RuntimeFailure`` if it does not answer."""
+
     def sessions(self, cell: int) -> int:
         """Executions the cell's server still holds (0 once a drained cell may stop)."""
 

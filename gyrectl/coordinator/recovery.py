@@ -1,8 +1,10 @@
 """How the coordinator answers what the world did, without the policy's help: pure functions from
 ``(CoordinatorState, Observation)`` to small frozen records that the actuator carries out.
 
-- A starting or returning cell whose server answers joins the routing; a draining cell whose
-  server holds no more sessions has its step stopped (its executions moved to other servers).
+- A starting or returning cell whose server answers (and has loaded the newest weights it was
+  given) joins the routing; a draining cell whose server holds no more sessions has its server put
+  to sleep, or its step stopped with sleep level 0 (its executions moved to other servers).
+- A sleeping server that exits is forgotten: the cell cold-starts a new one when it returns.
 - A serving cell's server step that exits on its own (killed, crashed) is started again with the
   latest weights while the gateway re-sends its calls elsewhere; a training step that fails is
   started again on the same cells with the same batch (the trainer starts each step over from its
@@ -54,6 +56,27 @@ class StopDrained:
 
 
 @dataclass(frozen=True)
+class SleepDrained:
+    """The draining cell's server holds no sessions: put it to sleep at ``level``; the cell trains
+    at once, its server kept for the return."""
+
+    cell: int
+    step_id: str
+    level: int
+    weight_version: int
+    """The weights the server keeps while it sleeps."""
+
+
+@dataclass(frozen=True)
+class ForgetServer:
+    """The sleeping server of a cell exited: its cell cold-starts a new one when it returns."""
+
+    cell: int
+    step_id: str
+    exit_code: int | None
+
+
+@dataclass(frozen=True)
 class RouteServer:
     """The cell's started server answers: route calls to it."""
 
@@ -99,7 +122,8 @@ class GiveUp:
     message: str
 
 
-Recovery = LoseCell | PlaceCell | StopDrained | RouteServer | RestartServer | RetryTraining | EndTraining | GiveUp
+Recovery = (LoseCell | PlaceCell | StopDrained | SleepDrained | RouteServer | RestartServer | ForgetServer
+            | RetryTraining | EndTraining | GiveUp)
 
 
 def recover(state: CoordinatorState, seen: Observation) -> list[Recovery]:
@@ -109,13 +133,14 @@ def recover(state: CoordinatorState, seen: Observation) -> list[Recovery]:
     if lost:  # one at a time: a loss may end the training step the next one is in
         return [lose_cell(state, min(lost))]
     return [*place_cells(seen), *finish_moves(state, seen), *restart_servers(state, seen),
-            *watch_training(state, seen)]
+            *forget_servers(state, seen), *watch_training(state, seen)]
 
 
 def lose_cell(state: CoordinatorState, cell: int) -> LoseCell:
     """Nothing the cell ran survives its nodes; a training step it was in stops on every member."""
     members = state.train.cells if state.train is not None and cell in state.train.cells else ()
     stop = tuple(step_id for member in sorted({cell, *members}) if (step_id := state.cells[member].step_id))
+    stop += (state.cells[cell].sleeping_server,) if state.cells[cell].sleeping_server else ()
     return LoseCell(cell=cell, stop=stop, release=state.train.index if state.train is not None and members else None)
 
 
@@ -124,18 +149,22 @@ def place_cells(seen: Observation) -> list[PlaceCell]:
 
 
 def finish_moves(state: CoordinatorState, seen: Observation) -> list[Recovery]:
-    """Draining cells without sessions stop their server; started servers that answer are routed."""
+    """Draining cells without sessions put their server to sleep (or stop it); started or woken
+    servers that answer, with no weight reload under way, are routed."""
     recoveries: list[Recovery] = []
+    level = state.limits.sleep_level
     for cell in state.cells.select(MOVING):
         if cell.phase is Phase.DRAINING:
             if seen.sessions[cell.id] == 0:  # with movable executions: at once
-                recoveries.append(StopDrained(cell=cell.id, step_id=cell.step_id))
+                recoveries.append(SleepDrained(cell=cell.id, step_id=cell.step_id, level=level,
+                                               weight_version=cell.weight_version) if level
+                                  else StopDrained(cell=cell.id, step_id=cell.step_id))
             continue
         status = seen.steps[cell.step_id]
         if status.state.ended and cell.id not in seen.lost_later:  # lost ones are answered next round
             return recoveries + [GiveUp(f"the rollout server of cell {cell.id} exited while starting "
                                         f"({status.state.value}, exit code {status.exit_code}); see its step log")]
-        if cell.id in seen.ready:
+        if cell.id in seen.ready and not cell.syncing:
             recoveries.append(RouteServer(cell=cell.id, step_id=cell.step_id, weight_version=cell.weight_version))
     return recoveries
 
@@ -153,6 +182,20 @@ def restart_servers(state: CoordinatorState, seen: Observation) -> list[Recovery
                                         f"(last exit code {status.exit_code}); see its step log")]
         recoveries.append(RestartServer(cell=cell.id, step_id=cell.step_id, exit_code=status.exit_code,
                                         version=state.version))
+    return recoveries
+
+
+def forget_servers(state: CoordinatorState, seen: Observation) -> list[Recovery]:
+    """A sleeping server that exited holds nothing: its cell starts a new one when it returns."""
+    recoveries: list[Recovery] = []
+    for cell in state.cells.by_phase[Phase.TRAIN]:
+        status = seen.steps.get(cell.sleeping_server) if cell.sleeping_server else None
+        if status is None or not status.state.ended or cell.id in seen.lost_later:
+            continue
+        if cell.failures + 1 >= MAX_CELL_FAILURES:
+            return recoveries + [GiveUp(f"the rollout server of cell {cell.id} exited {cell.failures + 1} times "
+                                        f"(last exit code {status.exit_code}, asleep); see its step log")]
+        recoveries.append(ForgetServer(cell=cell.id, step_id=cell.sleeping_server, exit_code=status.exit_code))
     return recoveries
 
 

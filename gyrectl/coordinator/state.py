@@ -31,11 +31,11 @@ class Phase(str, Enum):
     ROLLOUT = "rollout"
     """Server healthy and in the gateway's routing."""
     DRAINING = "draining"
-    """Left the routing; server step stopping (its executions move to other servers)."""
+    """Left the routing; its executions move to other servers, then its server sleeps (or stops)."""
     TRAIN = "train"
     """In the training pool: in the current training step, or waiting for the next one."""
     RETURNING = "returning"
-    """Training left; rollout server waking up."""
+    """Training left; rollout server waking up (or cold-starting), then loading the newest weights."""
     LOST = "lost"
     """Its nodes failed; holds no work."""
 
@@ -60,6 +60,11 @@ class CellState:
     """A weight reload is in progress on the server."""
     failures: int = 0
     """Steps of this cell that exited on their own (killed, crashed): each was restarted."""
+    warm: bool = False
+    """The cell's last phase change kept its engine (its server slept or woke up)."""
+    sleeping_server: str = ""
+    """The cell's rollout server step while it sleeps (the cell trains, or waits to): woken
+    instead of started when the cell returns to rollout (``rollout.sleep_level`` 1 or 2)."""
 
 
 class CellTable(tuple[CellState, ...]):
@@ -117,6 +122,8 @@ class Limits:
     """How a batch is formed; see ``simulator.batch_order`` in the config docs."""
     grow_running_step: bool = False
     """Cells freed during a training step join it (see ``scheduler.grow_running_step``)."""
+    sleep_level: int = 0
+    """A drained server sleeps at this level instead of stopping (0: it stops; ``rollout.sleep_level``)."""
 
 
 @dataclass(frozen=True)
@@ -195,4 +202,5 @@ def limits_from_config(config: Config) -> Limits:
                   batch_executions=config.training.batch_executions, max_staleness=config.scheduler.max_staleness,
                   min_rollout_cells=config.scheduler.min_rollout_cells,
                   async_train_cells=config.scheduler.async_train_cells, total_executions=total,
-                  batch_order=config.simulator.batch_order, grow_running_step=config.scheduler.grow_running_step)
+                  batch_order=config.simulator.batch_order, grow_running_step=config.scheduler.grow_running_step,
+                  sleep_level=config.rollout.sleep_level)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gyrectl.coordinator.events import CellLost, CellPlaced, Event, PhaseChanged
-from gyrectl.coordinator.state import CoordinatorState, Phase
+from gyrectl.coordinator.state import CellState, CoordinatorState, Phase
 
 _ROLE = {Phase.IDLE: "idle", Phase.STARTING: "rollout", Phase.ROLLOUT: "rollout", Phase.DRAINING: "rollout",
          Phase.RETURNING: "rollout", Phase.TRAIN: "train", Phase.LOST: "lost"}
@@ -32,10 +32,14 @@ class CellRow:
     weight_version: int | None
     """The weights its server serves; None while no server serves."""
     in_training_step: bool
+    engine: str = "cold"
+    """The cell's vLLM engine: ``awake`` (serving, draining, or woken and loading the newest
+    weights), ``asleep`` (kept through training), ``cold`` (none, or one cold-starting)."""
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "nodes": list(self.nodes), "role": self.role, "phase": self.phase,
-                "since": self.since, "weight_version": self.weight_version, "in_training_step": self.in_training_step}
+                "since": self.since, "weight_version": self.weight_version, "in_training_step": self.in_training_step,
+                "engine": self.engine}
 
 
 @dataclass(frozen=True)
@@ -48,9 +52,19 @@ class Move:
     at: float
     duration_s: float | None
     """None while the move is under way."""
+    warm: bool = False
+    """No engine or trainer process was started for the move: the server went to sleep (to
+    ``train``) or woke up (to ``rollout``) instead of stopping or cold-starting."""
+
+    @property
+    def ready_s(self) -> float | None:
+        """From the decision until the cell serves (to ``rollout``) or is free to train (to
+        ``train``): the move's duration."""
+        return self.duration_s
 
     def to_json(self) -> dict[str, Any]:
-        return {"cell": self.cell, "from": self.from_role, "to": self.to, "at": self.at, "duration_s": self.duration_s}
+        return {"cell": self.cell, "from": self.from_role, "to": self.to, "at": self.at, "duration_s": self.duration_s,
+                "warm": self.warm, "ready_s": self.ready_s}
 
 
 @dataclass(frozen=True)
@@ -84,8 +98,17 @@ def cell_rows(state: CoordinatorState, cell_nodes: Sequence[Sequence[str]]) -> l
     return [CellRow(id=cell.id, nodes=tuple(cell_nodes[cell.id]) if cell.id < len(cell_nodes) else (),
                     role=_ROLE[cell.phase], phase=cell.phase.value, since=cell.since,
                     weight_version=cell.weight_version if cell.phase in _SERVES else None,
-                    in_training_step=cell.id in training)
+                    in_training_step=cell.id in training, engine=engine(cell))
             for cell in state.cells]
+
+
+def engine(cell: CellState) -> str:
+    """``awake``, ``asleep`` or ``cold``: see :attr:`CellRow.engine`."""
+    if cell.sleeping_server:
+        return "asleep"
+    if cell.phase in _SERVES or (cell.phase is Phase.RETURNING and cell.warm):
+        return "awake"
+    return "cold"
 
 
 def training_row(state: CoordinatorState) -> TrainingRow | None:
@@ -121,10 +144,12 @@ def moves(events: Sequence[Event]) -> list[Move]:
         if phase in (Phase.DRAINING, Phase.RETURNING):
             under_way[event.cell] = len(found)
             found.append(Move(cell=event.cell, from_role="rollout" if phase is Phase.DRAINING else "train",
-                              to="train" if phase is Phase.DRAINING else "rollout", at=event.at, duration_s=None))
+                              to="train" if phase is Phase.DRAINING else "rollout", at=event.at, duration_s=None,
+                              warm=phase is Phase.RETURNING and event.warm))
         elif (i := under_way.pop(event.cell, None)) is not None:
             move = found[i]
             # A move that ended elsewhere (the cell was lost on the way) ends in that role.
             found[i] = dataclasses.replace(move, to=move.to if phase.value == move.to else _ROLE[phase],
-                                           duration_s=round(event.at - move.at, 3))
+                                           duration_s=round(event.at - move.at, 3),
+                                           warm=move.warm or (phase is Phase.TRAIN and event.warm))
     return found

@@ -54,7 +54,7 @@ class StepFactory:
         command = self._torchrun(index, attempt=attempt, members=members, rendezvous_host=rendezvous_host)
         return StepSpec(name=name, nodes=nodes, command=command, env=env,
                         cpus_per_node=self.cpus_per_node, gpus_per_node=self.gpus_per_node,
-                        log_path=self.run.logs_dir / f"{name}.log")
+                        overlap=self.config.rollout.sleep_level > 0, log_path=self.run.logs_dir / f"{name}.log")
 
     def _torchrun(self, index: int, *, attempt: int, members: int, rendezvous_host: str) -> tuple[str, ...]:
         """One torchrun agent per member cell (``nodes_per_cell`` nodes each), all joining step

@@ -6,6 +6,7 @@ cells' vLLM steps, and time is the wall clock.
 
     dispatch(count) ──> harness processes (one per execution, OPENAI_BASE_URL = its gateway URL)
     route(cell)     ──> gateway pool: add / drain the cell's server
+    sleep / wake    ──> the cell's drained server sleeps while the cell trains, wakes to return
     sync_weights    ──> background thread: live reload of checkpoints/vN into the cell's server
     poll()          <── harness exits (scored by the verifier, logged to executions.jsonl)
                         and finished reloads, as Started / Finished / WeightsSynced events
@@ -31,6 +32,7 @@ from gyrectl.rollout.harnesses import HarnessExit, HarnessRunner
 from gyrectl.rollout.http import ServerCallError, get
 from gyrectl.rollout.resume import CarriedOver
 from gyrectl.rollout.reward import Verifier, score_execution
+from gyrectl.rollout.sleep import sleep_server, wake_server
 from gyrectl.rollout.sync import WeightSync
 from gyrectl.rollout.tasks import assign
 from gyrectl.run.rundir import RunDir
@@ -57,11 +59,11 @@ class LiveRollouts:
     def __init__(self, *, run: RunDir, gateway: BackgroundGateway, harnesses: HarnessRunner,
                  tasks: list[dict[str, Any]], executions_per_task: int, batch_executions: int,
                  verifier: Verifier, servers: Sequence[CellServer],
-                 weight_sync: WeightSync, poll_s: float = 0.25):
+                 weight_sync: WeightSync, server_key: str = "", poll_s: float = 0.25):
         self._run, self._gateway, self._harnesses = run, gateway, harnesses
         self._tasks, self._per_task, self._batch = tasks, executions_per_task, batch_executions
         self._verifier, self._servers, self._weight_sync = verifier, list(servers), weight_sync
-        self._next_seq, self._poll_s = 0, poll_s
+        self._next_seq, self._poll_s, self._server_key = 0, poll_s, server_key
         self._version_of: dict[int, int] = {}
         self._done: list[_Done] = []
         self._claimed: dict[int, list[_Done]] = {}
@@ -105,6 +107,12 @@ class LiveRollouts:
             self._gateway.call(pool.add, server.name, server.url, weight_version=weight_version)
         elif any(view.name == server.name for view in self._gateway.servers()):
             self._gateway.call(pool.drain, server.name)
+
+    def sleep(self, cell: int, *, level: int) -> None:
+        sleep_server(self._servers[cell].url, level=level, key=self._server_key)
+
+    def wake(self, cell: int) -> None:
+        wake_server(self._servers[cell].url, key=self._server_key)
 
     def sessions(self, cell: int) -> int:
         name = self._servers[cell].name

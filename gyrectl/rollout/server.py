@@ -17,6 +17,9 @@ Why each fixed part is there:
 * ``--enable-scale-out``: the render and token-in/token-out routes (``/inference/v1/generate``,
   ``*/render``) the gateway captures tokens with; without it they answer 403.
 * ``--enable-auto-tool-choice --tool-call-parser hermes``: agent harnesses send ``tools``.
+* ``--enable-sleep-mode`` on GPU nodes when ``rollout.sleep_level`` is above 0: the server sleeps
+  while its cell trains (``rollout.sleep``). vLLM refuses the flag on CPU, where it answers the
+  sleep calls anyway and keeps everything in memory.
 * ``rollout.engine_args`` come last, so they override any of the flags above (argparse keeps the
   last value): ``tool-call-parser: llama3_json`` replaces ``hermes``.
 * ``VLLM_SERVER_DEV_MODE=1`` opens the pause / reload / resume routes live weight sync uses, so
@@ -77,6 +80,7 @@ def rollout_server(config: Config, *, cell: int, weights_dir: Path, server_key: 
         "--max-logprobs", str(MAX_LOGPROBS), "--enable-scale-out",
         "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
         *(("--middleware", MIDDLEWARE) if server_key else ()),
+        *(("--enable-sleep-mode",) if config.rollout.sleep_level and config.cluster.gpus_per_node else ()),
         *engine_flags(config.rollout.engine_args),
     )
     command = backend.bind(command, python=python)

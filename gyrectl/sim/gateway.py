@@ -15,10 +15,18 @@ class SimulatedGateway:
         self._world.dispatch(count=count, version=version)
 
     def ready(self, cell: int) -> bool:
-        return True  # the simulated cluster's step start time already includes the engine's
+        # A started server's step start time already includes its engine's; a woken one answers
+        # once its wake-up is over.
+        return self._world.awake(cell)
 
     def route(self, cell: int, *, routed: bool, weight_version: int = 0) -> None:
         self._world.route(cell, routed=routed)
+
+    def sleep(self, cell: int, *, level: int) -> None:
+        pass  # a drained simulated server holds nothing; its wake-up is timed by wake
+
+    def wake(self, cell: int) -> None:
+        self._world.wake(cell)
 
     def sessions(self, cell: int) -> int:
         return self._world.sessions(cell)

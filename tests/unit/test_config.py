@@ -120,3 +120,10 @@ def test_invalid_yaml_and_missing_file(tmp_path: Path, cli) -> None:
 def test_bad_set_syntax(cli) -> None:
     result = cli("config", "check", "configs/local-tiny.yaml", "--set", "cluster.nodes")
     assert result.returncode == 2 and "KEY=VALUE" in result.stderr
+
+
+def test_a_level_is_a_number_not_a_yes() -> None:
+    """YAML's ``true`` equals 1 in Python; a field of numbered choices must not take it."""
+    assert parse_config({"rollout": {"sleep_level": 2}}).rollout.sleep_level == 2
+    with pytest.raises(ConfigError, match="rollout.sleep_level: must be one of 0, 1, 2, got True"):
+        parse_config({"rollout": {"sleep_level": True}})

@@ -114,4 +114,5 @@ def test_status_follows_a_lost_cell_to_its_new_nodes_and_ends_its_move_as_lost()
     events = [PhaseChanged(cell=1, phase=Phase.DRAINING, at=10.0, step_id="s1"),
               CellLost(cell=1, at=12.0, nodes=("node3",)), CellPlaced(cell=1, nodes=("node5",), at=40.0)]
     assert placed_cells(events, [("node2",), ("node3",)]) == [("node2",), ("node5",)]
-    assert [m.to_json() for m in moves(events)] == [{"cell": 1, "from": "rollout", "to": "lost", "at": 10.0, "duration_s": 2.0}]
+    assert [m.to_json() for m in moves(events)] == [{"cell": 1, "from": "rollout", "to": "lost", "at": 10.0,
+                                                     "duration_s": 2.0, "warm": False, "ready_s": 2.0}]

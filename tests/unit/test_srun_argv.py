@@ -23,3 +23,10 @@ def test_a_plain_job_step_without_gpus_has_neither_flag() -> None:
 def test_a_cell_job_step_names_the_cell_job() -> None:
     argv = srun_argv(StepSpec(name="train-step0-cell1", nodes=("node4",), command=("true",)), target="--jobid=812")
     assert argv[:3] == ["srun", "--jobid=812", "--exact"] and "--nodelist=node4" in argv
+
+
+def test_a_member_beside_a_sleeping_server_overlaps_it() -> None:
+    spec = StepSpec(name="train-step0-cell1", nodes=("node4",), command=("true",), overlap=True)
+    assert srun_argv(spec, target="--jobid=812")[:4] == ["srun", "--jobid=812", "--overlap", "--exact"]
+    assert "--overlap" not in srun_argv(StepSpec(name="rollout-cell1", nodes=("node4",), command=("true",)),
+                                        target="--jobid=812")

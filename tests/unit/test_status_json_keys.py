@@ -66,8 +66,8 @@ def test_status_json_keys_at_every_level(cli, tmp_path: Path) -> None:
     assert [sorted(n) for n in view["nodes"]] == [sorted(NODE)] * 2
     assert [list(s) for s in view["steps"]] == [list(STEP)]
     assert [list(c) for c in view["cells"]] == [
-        ["id", "nodes", "role", "phase", "since", "weight_version", "in_training_step"]] * 2
-    assert [list(m) for m in view["moves"]] == [["cell", "from", "to", "at", "duration_s"]] * 3
+        ["id", "nodes", "role", "phase", "since", "weight_version", "in_training_step", "engine"]] * 2
+    assert [list(m) for m in view["moves"]] == [["cell", "from", "to", "at", "duration_s", "warm", "ready_s"]] * 3
     assert list(view["executions"]) == ["dispatched", "in_flight", "finished", "trained"]
     assert list(view["training"]) == ["index", "cells", "executions", "started_at"]
     assert [sorted(s) for s in view["servers"]] == [sorted(SERVER)]
@@ -81,12 +81,15 @@ def test_status_json_values_of_the_coordinator_rows(cli, tmp_path: Path) -> None
                            "reason": "stopped", "components": [], "error": ""}
     assert view["cells"] == [
         {"id": 0, "nodes": ["n0"], "role": "rollout", "phase": "draining", "since": T0 + 73, "weight_version": 0,
-         "in_training_step": False},
+         "in_training_step": False, "engine": "awake"},
         {"id": 1, "nodes": ["n2"], "role": "train", "phase": "train", "since": T0 + 71, "weight_version": None,
-         "in_training_step": True}]
-    assert view["moves"] == [{"cell": 1, "from": "rollout", "to": "train", "at": T0 + 50, "duration_s": 1.0},
-                             {"cell": 1, "from": "train", "to": "lost", "at": T0 + 61, "duration_s": 1.0},
-                             {"cell": 0, "from": "rollout", "to": "train", "at": T0 + 73, "duration_s": None}]
+         "in_training_step": True, "engine": "cold"}]
+    assert view["moves"] == [{"cell": 1, "from": "rollout", "to": "train", "at": T0 + 50, "duration_s": 1.0,
+                              "warm": False, "ready_s": 1.0},
+                             {"cell": 1, "from": "train", "to": "lost", "at": T0 + 61, "duration_s": 1.0,
+                              "warm": False, "ready_s": 1.0},
+                             {"cell": 0, "from": "rollout", "to": "train", "at": T0 + 73, "duration_s": None,
+                              "warm": False, "ready_s": None}]
     assert view["training"] == {"index": 1, "cells": [1], "executions": 0, "started_at": T0 + 72}
     assert view["executions"] == {"dispatched": 4, "in_flight": 0, "finished": 4, "trained": 4}
     assert (view["steps"], view["servers"], view["servers_at"]) == ([STEP], [SERVER], T0 + 65)

@@ -21,10 +21,24 @@ def test_moves_each_way_with_durations_and_one_under_way() -> None:
               PhaseChanged(cell=1, phase=Phase.ROLLOUT, at=80.0, step_id="s2"),
               PhaseChanged(cell=1, phase=Phase.DRAINING, at=90.0, step_id="s2")]
     assert [m.to_json() for m in moves(events)] == [
-        {"cell": 1, "from": "rollout", "to": "train", "at": 40.0, "duration_s": 0.5},
-        {"cell": 1, "from": "train", "to": "rollout", "at": 50.0, "duration_s": 30.0},
-        {"cell": 1, "from": "rollout", "to": "train", "at": 90.0, "duration_s": None},
+        {"cell": 1, "from": "rollout", "to": "train", "at": 40.0, "duration_s": 0.5, "warm": False, "ready_s": 0.5},
+        {"cell": 1, "from": "train", "to": "rollout", "at": 50.0, "duration_s": 30.0, "warm": False, "ready_s": 30.0},
+        {"cell": 1, "from": "rollout", "to": "train", "at": 90.0, "duration_s": None, "warm": False, "ready_s": None},
     ]
+
+
+def test_a_server_that_sleeps_and_wakes_makes_warm_moves_and_shows_its_engine() -> None:
+    events = [PhaseChanged(cell=1, phase=Phase.ROLLOUT, at=30.0, step_id="s1", weight_version=2),
+              PhaseChanged(cell=1, phase=Phase.DRAINING, at=40.0, step_id="s1", weight_version=2),
+              PhaseChanged(cell=1, phase=Phase.TRAIN, at=40.5, weight_version=2, warm=True, sleeping_server="s1")]
+    asleep = replay(events, LIMITS)
+    assert cell_rows(asleep, [("n2",), ("n3",)])[1].engine == "asleep"
+    events += [PhaseChanged(cell=1, phase=Phase.RETURNING, at=50.0, step_id="s1", weight_version=2, warm=True)]
+    assert cell_rows(replay(events, LIMITS), [("n2",), ("n3",)])[1].engine == "awake"
+    events += [PhaseChanged(cell=1, phase=Phase.ROLLOUT, at=51.5, step_id="s1", weight_version=3)]
+    assert [(m.warm, m.ready_s) for m in moves(events)] == [(True, 0.5), (True, 1.5)]
+    cold = [PhaseChanged(cell=1, phase=Phase.RETURNING, at=50.0, step_id="s2")]
+    assert cell_rows(replay(cold, LIMITS), [("n2",), ("n3",)])[1].engine == "cold"
 
 
 def test_cell_rows_show_role_phase_and_served_weights() -> None:
@@ -33,9 +47,9 @@ def test_cell_rows_show_role_phase_and_served_weights() -> None:
     rows = cell_rows(replay(events, LIMITS), [("n2",), ("n3",)])
     assert [r.to_json() for r in rows] == [
         {"id": 0, "nodes": ["n2"], "role": "rollout", "phase": "rollout", "since": 5.0, "weight_version": 3,
-         "in_training_step": False},
+         "in_training_step": False, "engine": "awake"},
         {"id": 1, "nodes": ["n3"], "role": "train", "phase": "train", "since": 6.0, "weight_version": None,
-         "in_training_step": False},
+         "in_training_step": False, "engine": "cold"},
     ]
 
 

@@ -72,6 +72,7 @@ def srun_argv(spec: StepSpec, *, target: str, step_name: str | None = None) -> l
         "step.srun", target=target,
         num_nodes=str(len(spec.nodes)), cpus_per_node=str(spec.cpus_per_node),
         gres=f"--gres=gpu:{spec.gpus_per_node}" if spec.gpus_per_node else "",
+        overlap="--overlap" if spec.overlap else "",
         nodelist=shlex.quote(",".join(spec.nodes)), step_name=shlex.quote(step_name or spec.name))
     lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
     return [*shlex.split(" ".join(lines)), *spec.command]

@@ -1,0 +1,183 @@
+"""Warm cells: a drained server sleeps while its cell trains and wakes when the cell returns, so a
+cell cold-starts one server for the whole run. The pure decisions (recovery), the fold, the
+actuator's calls (with failures), and whole simulated runs through the real coordinator."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from coordinator_cases import check_invariants, small_config, workload
+from gyrectl.cluster.base import Cluster, StepSpec, StepState, StepStatus
+from gyrectl.config.loader import parse_config
+from gyrectl.coordinator.actions import MoveCell
+from gyrectl.coordinator.actuator import Actuator
+from gyrectl.coordinator.events import PhaseChanged, StepFailed, SyncStarted, apply, from_record, to_record
+from gyrectl.coordinator.observation import Observation
+from gyrectl.coordinator.recovery import (MAX_CELL_FAILURES, ForgetServer, GiveUp, LoseCell, RouteServer,
+                                          SleepDrained, StopDrained, recover)
+from gyrectl.coordinator.state import CellState, CellTable, Limits, Phase, initial_state
+from gyrectl.errors import RuntimeFailure
+from gyrectl.launch.steps import step_factory
+from gyrectl.run.rundir import RunDir
+from gyrectl.sim.run import simulate
+
+WARM = Limits(num_cells=2, slots_per_cell=4, batch_executions=2, max_staleness=0, sleep_level=1)
+RUNNING, FAILED = StepState.RUNNING, StepState.FAILED
+
+
+def state_of(*cells: CellState, limits: Limits = WARM, version: int = 3):
+    return dataclasses.replace(initial_state(limits), cells=CellTable(cells), version=version)
+
+
+def status(step_id: str, state: StepState) -> StepStatus:
+    return StepStatus(step_id, state, 9 if state is FAILED else None)
+
+
+def test_a_drained_server_sleeps_at_the_configured_level_and_level_0_stops_it() -> None:
+    draining = CellState(id=1, phase=Phase.DRAINING, step_id="s1", weight_version=2)
+    seen = Observation(sessions={1: 0})
+    assert recover(state_of(CellState(id=0), draining), seen) == [
+        SleepDrained(cell=1, step_id="s1", level=1, weight_version=2)]
+    cold = dataclasses.replace(WARM, sleep_level=0)
+    assert recover(state_of(CellState(id=0), draining, limits=cold), seen) == [StopDrained(cell=1, step_id="s1")]
+
+
+def test_a_woken_server_is_routed_only_once_its_weight_reload_is_done() -> None:
+    waking = CellState(id=1, phase=Phase.RETURNING, step_id="s1", weight_version=2, syncing=True, warm=True)
+    seen = Observation(steps={"s1": status("s1", RUNNING)}, ready=frozenset({1}))
+    assert recover(state_of(CellState(id=0), waking), seen) == []
+    synced = dataclasses.replace(waking, syncing=False, weight_version=3)
+    assert recover(state_of(CellState(id=0), synced), seen) == [RouteServer(cell=1, step_id="s1", weight_version=3)]
+
+
+def test_a_sleeping_server_that_exits_is_forgotten_and_once_too_often_ends_the_run() -> None:
+    asleep = CellState(id=1, phase=Phase.TRAIN, sleeping_server="s1")
+    seen = Observation(steps={"s1": status("s1", FAILED)})
+    assert recover(state_of(CellState(id=0), asleep), seen) == [ForgetServer(cell=1, step_id="s1", exit_code=9)]
+    on_a_lost_cell = dataclasses.replace(seen, lost_later=frozenset({1}))
+    assert recover(state_of(CellState(id=0), asleep), on_a_lost_cell) == []  # answered as a loss next round
+    worn = dataclasses.replace(asleep, failures=MAX_CELL_FAILURES - 1)
+    [give_up] = recover(state_of(CellState(id=0), worn), seen)
+    assert isinstance(give_up, GiveUp) and "asleep" in give_up.message
+
+
+def test_a_lost_cell_stops_its_sleeping_server_too() -> None:
+    asleep = CellState(id=1, phase=Phase.TRAIN, sleeping_server="s1")
+    assert recover(state_of(CellState(id=0), asleep), Observation(lost=frozenset({1}))) == [
+        LoseCell(cell=1, stop=("s1",), release=None)]
+
+
+def test_the_fold_keeps_a_sleeping_server_through_training_and_a_dead_one_is_forgotten() -> None:
+    state = state_of(CellState(id=0), CellState(id=1, phase=Phase.DRAINING, step_id="s1", weight_version=2))
+    slept = PhaseChanged(cell=1, phase=Phase.TRAIN, at=5.0, weight_version=2, warm=True, sleeping_server="s1")
+    assert from_record(to_record(slept)) == slept
+    state = apply(state, slept)
+    assert (state.cells[1].sleeping_server, state.cells[1].weight_version) == ("s1", 2)
+    died = apply(state, StepFailed(cell=1, step_id="s1", role="rollout", exit_code=9, at=6.0))
+    assert died.cells[1].sleeping_server == "" and died.cells[1].failures == 1
+    old = {k: v for k, v in to_record(PhaseChanged(cell=1, phase=Phase.TRAIN, at=5.0)).items()
+           if k not in ("warm", "sleeping_server")}
+    assert from_record(old) == PhaseChanged(cell=1, phase=Phase.TRAIN, at=5.0)  # a journal from before
+
+
+class Steps(Cluster):
+    backend = "scripted"
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.stopped: list[str] = []
+
+    def discover(self):
+        return []
+
+    def start_step(self, spec: StepSpec) -> str:
+        self.started.append(spec.name)
+        return f"new-{spec.name}"
+
+    def stop_step(self, step_id: str, *, grace_s: float = 5.0) -> None:
+        self.stopped.append(step_id)
+
+    def step_status(self, step_id: str) -> StepStatus:
+        return StepStatus(step_id, StepState.RUNNING)
+
+
+class Gateway:
+    """Records the calls; ``refuse`` names the calls that fail as an unanswering server would."""
+
+    def __init__(self, refuse: tuple[str, ...] = ()) -> None:
+        self.calls: list[tuple] = []
+        self.refuse = refuse
+
+    def __getattr__(self, name):
+        def call(*args, **kwargs):
+            self.calls.append((name, args, kwargs))
+            if name in self.refuse:
+                raise RuntimeFailure(f"{name} refused")
+        return call
+
+    def sessions(self, cell: int) -> int:
+        return 0
+
+
+def actuator(tmp_path: Path, gateway: Gateway, steps: Steps) -> Actuator:
+    config = parse_config({"cluster": {"nodes": 2}})
+    return Actuator(cluster=steps, gateway=gateway, clock=type("C", (), {"now": lambda self: 7.0})(),
+                    steps=step_factory(config, RunDir(tmp_path)), cell_nodes=[("n0",), ("n1",)])
+
+
+@pytest.mark.parametrize(("level", "served", "synced"), [(1, 3, False), (1, 2, True), (2, 3, True)])
+def test_returning_wakes_the_sleeping_server_and_syncs_only_what_it_lacks(tmp_path: Path, level: int, served: int,
+                                                                          synced: bool) -> None:
+    gateway, steps = Gateway(), Steps()
+    asleep = CellState(id=1, phase=Phase.TRAIN, sleeping_server="s1", weight_version=served)
+    state = state_of(CellState(id=0), asleep, limits=dataclasses.replace(WARM, sleep_level=level))
+    events = actuator(tmp_path, gateway, steps).act(MoveCell(cell=1, to=Phase.ROLLOUT), state)
+    woke = PhaseChanged(cell=1, phase=Phase.RETURNING, at=7.0, step_id="s1", weight_version=served, warm=True)
+    assert events == [woke] + ([SyncStarted(cell=1, version=3, at=7.0)] if synced else [])
+    assert steps.started == [] and ("wake", (1,), {}) in gateway.calls
+    assert (("sync_weights", (1, 3), {}) in gateway.calls) is synced
+
+
+def test_a_server_that_does_not_wake_is_replaced_by_a_cold_start(tmp_path: Path) -> None:
+    gateway, steps = Gateway(refuse=("wake",)), Steps()
+    state = state_of(CellState(id=0), CellState(id=1, phase=Phase.TRAIN, sleeping_server="s1", weight_version=3))
+    failed, returning = actuator(tmp_path, gateway, steps).act(MoveCell(cell=1, to=Phase.ROLLOUT), state)
+    assert failed == StepFailed(cell=1, step_id="s1", role="rollout", exit_code=None, at=7.0)
+    assert steps.stopped == ["s1"] and steps.started == ["rollout-cell1"]
+    assert (returning.phase, returning.step_id, returning.warm) == (Phase.RETURNING, "new-rollout-cell1", False)
+    state = apply(apply(state, failed), returning)
+    assert state.cells[1].sleeping_server == "" and state.cells[1].step_id == "new-rollout-cell1"
+
+
+def test_a_server_that_does_not_fall_asleep_is_stopped(tmp_path: Path) -> None:
+    gateway, steps = Gateway(refuse=("sleep",)), Steps()
+    state = state_of(CellState(id=0), CellState(id=1, phase=Phase.DRAINING, step_id="s1"))
+    act = actuator(tmp_path, gateway, steps)
+    events = act.observe(state)
+    assert steps.stopped == ["s1"]
+    assert events == []  # the stop is asked; the cell trains once the step is gone (next round)
+    slept = actuator(tmp_path, Gateway(), Steps()).observe(state)
+    assert slept == [PhaseChanged(cell=1, phase=Phase.TRAIN, at=7.0, warm=True, sleeping_server="s1")]
+
+
+def _cold_starts(events) -> dict[int, int]:
+    """Servers each cell started: every first start, and every return that did not wake one."""
+    starts: dict[int, int] = {}
+    for event in events:
+        if isinstance(event, PhaseChanged) and event.phase in (Phase.STARTING, Phase.RETURNING) and not event.warm:
+            starts[event.cell] = starts.get(event.cell, 0) + 1
+    return starts
+
+
+def test_a_simulated_run_starts_one_server_per_cell_however_often_its_cells_move() -> None:
+    config = small_config(policy="colocate", cells=3, slots=4, batch=6, steps=4)
+    sim = simulate(config, workload_spec=workload([10, 20, 400, 15, 30, 25]))
+    check_invariants(config, sim.events)
+    returns = sum(isinstance(e, PhaseChanged) and e.phase is Phase.RETURNING for e in sim.events)
+    assert returns >= 2 * 3 and _cold_starts(sim.events) == {0: 1, 1: 1, 2: 1}
+    stopping = dataclasses.replace(config, rollout=dataclasses.replace(config.rollout, sleep_level=0))
+    cold = simulate(stopping, workload_spec=workload([10, 20, 400, 15, 30, 25]))
+    assert sum(_cold_starts(cold.events).values()) > 3
