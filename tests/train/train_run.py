@@ -128,13 +128,18 @@ def train_step(run: RunDir, *, step: int, timeout: float = 300) -> subprocess.Co
 
 def resident_step(run: RunDir, *, step: int, group: str, nproc: int = 0) -> subprocess.Popen:
     """``python -m gyrectl.train ... --resident --group GROUP`` (under torchrun with ``nproc`` > 0),
-    started and left running: the caller writes requests, the stop file, and waits for it."""
+    started and left running: the caller writes requests, the stop file, and waits for it. Its
+    output goes to ``logs/resident-GROUP.log`` (a pipe nobody reads while it runs could fill up)."""
     command = ["-m", "gyrectl.train", "--run-dir", str(run.path), "--step", str(step), "--resident", "--group", group]
     if nproc:
         command = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *command]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, *command], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    with open(resident_log(run, group=group), "w") as log:
+        return subprocess.Popen([sys.executable, *command], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def resident_log(run: RunDir, *, group: str) -> Path:
+    return run.logs_dir / f"resident-{group}.log"
 
 
 def read_trainer_state(run: RunDir, *, version: int, scratch: Path) -> dict:
