@@ -2,8 +2,8 @@
 (gloo, FSDP2) on a real run directory, checked against naive per-path GRPO computed here.
 
 Step 0 runs once per module (a torchrun start costs seconds on two cores); the tests then read
-what it wrote, run step 1 as a plain process (another world size: DCP reshards the optimizer
-state each rank wrote) and re-run step 0 (a no-op)."""
+what it wrote, run step 1 as a plain process and step 2 on two ranks again (the world size
+changes both ways: DCP reshards the optimizer state each rank wrote) and re-run step 0 (a no-op)."""
 
 from __future__ import annotations
 
@@ -126,6 +126,21 @@ def test_step1_on_another_world_size_loads_the_optimizer_state(step0, tiny_model
     assert {int(s["step"]) for s in state.values()} == {2}
     assert not trainer_state_dir(run=run, version=1).exists()
     assert [p.name for p in trainer_state_dir(run=run, version=2).glob("*.distcp")] == ["__0_0.distcp"]
+
+
+STEP2 = {"e20": ("t3", 1.0), "e21": ("t3", 0.0)}
+
+
+def test_step2_on_two_ranks_reshards_the_state_one_rank_saved(step0, tiny_model):
+    run, _ = step0
+    batch = rollouts(tiny_model, tasks=STEP2, seed=20, version=2)
+    record_calls(run, batch)
+    write_batch(run, step=2, batch=batch)
+    done = torchrun_step(run, step=2)  # world size 2 after 1
+    assert done.returncode == 0, done.stderr[-4000:]
+    line = metrics(run)[-1]
+    assert (line["step"], line["world_size"], line["optimizer_state"]) == (2, 2, "loaded")
+    assert len(list(trainer_state_dir(run=run, version=3).glob("*.distcp"))) == 2
 
 
 def test_rerunning_a_committed_step_is_a_no_op(step0):
