@@ -95,7 +95,7 @@ def run_step(*, run: RunDir, step: int) -> dict | None:
     try:
         with timer("load"):  # 2.
             trainer = prepare_trainer(run=run, step=step, config=config, world=world)
-        return train_step(trainer, run=run, step=step, config=config, timer=timer, origin="started")
+        return train_step(trainer, run=run, step=step, config=config, timer=timer, origin="started")  # 3.-6.
     finally:
         close_world()
 
@@ -123,13 +123,12 @@ def prepare_trainer(*, run: RunDir, step: int, config: Config, world: World) -> 
     model = shard_model(model, world=world, compute_dtype=dtype)
     # No weight decay: a policy-gradient step should move weights only where the advantages say.
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.training.lr, weight_decay=0.0)
-    trainer = Trainer(world=world, model=model, optimizer=optimizer, version=step, dtype=dtype)
-    trainer.loaded = checkpoint.restore_trainer_state(run=run, version=step, model=model, optimizer=optimizer,
-                                                      master_weights=trainer.keep_master)
-    if not trainer.loaded and step > 0 and world.is_main:
+    loaded = checkpoint.restore_trainer_state(run=run, version=step, model=model, optimizer=optimizer,
+                                              master_weights=dtype != torch.float32)
+    if not loaded and step > 0 and world.is_main:
         print(f"warning: no optimizer state for v{step} in {run.optimizer_dir}; AdamW starts fresh",
               file=sys.stderr)
-    return trainer
+    return Trainer(world=world, model=model, optimizer=optimizer, version=step, dtype=dtype, loaded=loaded)
 
 
 def train_step(trainer: Trainer, *, run: RunDir, step: int, config: Config, timer: Timer,
