@@ -7,7 +7,7 @@
 
 The coordinator starts it (one torchrun member per training cell, one rendezvous); it never
 drives the coordinator. What it writes: ``checkpoints/v{N+1}/`` (HF folder), the optimizer state
-under ``checkpoints/optimizer/`` and one line in ``metrics.jsonl``. Running a step whose
+in ``checkpoints/optimizer/v{N+1}/`` (DCP, one shard file per rank) and one line in ``metrics.jsonl``. Running a step whose
 v(N+1) exists already does nothing and exits 0. The recipe is :func:`gyrectl.train.step.run_step`.
 
 With ``--resident`` (or ``GYRECTL_TRAINER_RESIDENT=1``) the group stays up after step N, holding

@@ -38,6 +38,7 @@ import sys
 import time
 from enum import IntEnum
 
+from gyrectl.config.schema import Config
 from gyrectl.run.files import read_train_request
 from gyrectl.run.rundir import RunDir
 from gyrectl.train.checkpoint import DTYPES
@@ -62,7 +63,11 @@ def serve(*, run: RunDir, step: int, group: str, poll_s: float = POLL_S) -> None
     trainer: Trainer | None = None
     try:
         while True:
-            trainer = _step(run=run, step=step, world=world, trainer=trainer)
+            config = check_step(run=run, step=step)
+            if config is not None:  # else committed already: nothing to train, the state stays as is
+                if trainer is not None and not _holds(trainer, step=step, config=config):
+                    trainer = None  # freed before another one is loaded
+                trainer = _train(run=run, step=step, config=config, world=world, trainer=trainer)
             verdict = wait_for_request(run=run, index=step + 1, group=group, world=world, poll_s=poll_s)
             if verdict is not Verdict.TRAIN:
                 if world.is_main:
@@ -74,20 +79,21 @@ def serve(*, run: RunDir, step: int, group: str, poll_s: float = POLL_S) -> None
         close_world()
 
 
-def _step(*, run: RunDir, step: int, world: World, trainer: Trainer | None) -> Trainer | None:
-    """Step ``step`` as :func:`gyrectl.train.step.run_step` trains it, on the state in memory when
-    that holds v``step``; returns the state to keep (offloaded) for the next step."""
+def _holds(trainer: Trainer, *, step: int, config: Config) -> bool:
+    """The state in memory is where step ``step`` starts: v``step``, in the config's dtype."""
+    return trainer.version == step and trainer.dtype == DTYPES[config.model.dtype]
+
+
+def _train(*, run: RunDir, step: int, config: Config, world: World, trainer: Trainer | None) -> Trainer:
+    """Step ``step`` as :func:`gyrectl.train.step.run_step` trains it, on ``trainer`` (in memory,
+    offloaded) if given, else on a state loaded from disk; returns the state for the next step."""
     timer = Timer()
-    config = check_step(run=run, step=step)
-    if config is None:  # committed already; a state in memory at another version is not used
-        return trainer
-    if trainer is not None and trainer.version == step and trainer.dtype == DTYPES[config.model.dtype]:
-        origin = "reused"
-        with timer("load"):
+    with timer("load"):
+        if trainer is not None:
+            origin = "reused"
             onload(trainer.model, trainer.optimizer, device=world.device)
-    else:
-        origin, trainer = "started", None  # drop a stale state before loading another
-        with timer("load"):
+        else:
+            origin = "started"
             trainer = prepare_trainer(run=run, step=step, config=config, world=world)
     train_step(trainer, run=run, step=step, config=config, timer=timer, origin=origin)
     offload(trainer.model, trainer.optimizer, device=world.device)
