@@ -7,8 +7,9 @@
 
 The coordinator starts it (one torchrun member per training cell, one rendezvous); it never
 drives the coordinator. What it writes: ``checkpoints/v{N+1}/`` (HF folder), the optimizer state
-in ``checkpoints/optimizer/v{N+1}/`` (DCP, one shard file per rank) and one line in ``metrics.jsonl``. Running a step whose
-v(N+1) exists already does nothing and exits 0. The recipe is :func:`gyrectl.train.step.run_step`.
+in ``checkpoints/optimizer/v{N+1}/`` (DCP, one shard file per rank) and one line in
+``metrics.jsonl``. Running a step whose v(N+1) exists already does nothing and exits 0. The
+recipe is :func:`gyrectl.train.step.run_step`.
 
 With ``--resident`` (or ``GYRECTL_TRAINER_RESIDENT=1``) the group stays up after step N, holding
 its model and optimizer, and trains each step requested of its group (``--group`` or

@@ -16,7 +16,8 @@ def test_rebuilt_optimizer_state_trains_on_exactly_as_the_original(tiny_model_di
     try:
         models, optimizers = [], []
         for _ in range(2):
-            model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32, attn_implementation="sdpa")
+            model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32,
+                                                         attn_implementation="sdpa")
             model = shard_model(model, world=world, compute_dtype=torch.float32)
             models.append(model)
             optimizers.append(torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0))
