@@ -138,3 +138,18 @@ def test_a_damaged_request_is_a_clear_error_not_a_hang(waiting):
     code, err = finish(trainer, run=run)
     assert code == 1, err
     assert f"error: {run.trainer_request_file(1)} is damaged: not valid JSON" in err and "Traceback" not in err
+
+
+def test_the_environment_asks_for_a_resident_trainer_as_the_flags_do(tmp_path, tiny_model_dir, monkeypatch):
+    import gyrectl.train.__main__ as entry
+
+    run = make_run(tmp_path, tiny_model_dir=tiny_model_dir)
+    served = []
+    monkeypatch.setattr(entry, "serve", lambda **kwargs: served.append(kwargs))
+    monkeypatch.setenv("GYRECTL_TRAINER_RESIDENT", "1")
+    with pytest.raises(SystemExit) as exited:  # resident without a group id: a usage error
+        entry.main(["--run-dir", str(run.path), "--step", "3"])
+    assert exited.value.code == 2
+    monkeypatch.setenv("GYRECTL_TRAINER_GROUP", "g7")
+    assert entry.main(["--run-dir", str(run.path), "--step", "3"]) == 0
+    assert served == [{"run": RunDir(run.path), "step": 3, "group": "g7"}]
