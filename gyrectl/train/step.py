@@ -12,8 +12,9 @@
     6. save the optimizer state (each rank its shards), then v(N+1) (the rename commits the
        step), then the metrics line
 
-:func:`run_step` is the one-shot step (1-6, then leave the group); :func:`prepare_trainer` (2)
-and :func:`train_step` (3-6) are its halves, which the resident trainer calls too.
+:func:`run_step` is the one-shot step (0-6, then leave the group); :func:`check_step` (0),
+:func:`prepare_trainer` (2) and :func:`train_step` (3-6) are its parts, which the resident
+trainer calls too: one recipe for both.
 
 Every rank runs the same number of forward/backward passes (FSDP2's collectives must pair up):
 a rank with fewer micro-batches repeats one with its loss multiplied by zero.
