@@ -1,5 +1,6 @@
 """The run directory's own files read back with their shape checked: ``job.json``, ``nodes.json``,
-``cells.json``, ``servers.json``, the lines of ``metrics.jsonl`` and ``config.yaml``.
+``cells.json``, ``servers.json``, the lines of ``metrics.jsonl``, ``config.yaml`` and a resident
+trainer's requests (``trainer/request-NNNNNN.json``, which this module also writes).
 
 gyrectl writes each of them, so a file that does not hold what gyrectl writes there (truncated,
 garbage, a hand edit gone wrong) raises :class:`~gyrectl.run.rundir.DamagedRunFile` naming the
@@ -75,6 +76,28 @@ def run_config(run: RunDir) -> Config:
         return load_config(run.config_file)
     except ConfigError as exc:
         raise DamagedRunFile(run.config_file, f"not a valid config ({exc})") from None
+
+
+def write_train_request(run: RunDir, index: int, group: str) -> Path:
+    """Asks the resident trainer of ``group`` to train step ``index``: ``{"step": index, "group":
+    group}``, written atomically (a trainer polling for it sees none or all of it). A trainer of
+    another group that finds it exits: it has been superseded. Returns the file."""
+    path = run.trainer_request_file(index)
+    path.parent.mkdir(exist_ok=True)
+    run.write_json(path, {"step": index, "group": group})
+    return path
+
+
+def read_train_request(run: RunDir, index: int) -> dict[str, Any] | None:
+    """The request for step ``index`` (``{"step", "group"}``), None while there is none."""
+    path = run.trainer_request_file(index)
+    request = run.read_json(path)
+    if request is None:
+        return None
+    check_fields(path, request, {"step": _INT, "group": (str,)})
+    if request["step"] != index:
+        raise DamagedRunFile(path, f"'step' is {request['step']}, but the file asks for step {index}")
+    return request
 
 
 def _rows(path: Path, data: Any, fields: Mapping[str, tuple[type, ...]]) -> list[dict[str, Any]]:

@@ -16,7 +16,9 @@
                                        which training step consumed it)
       batches/step-NNNNNN.json         what training step N consumes: its executions and rewards
       checkpoints/vN/                  policy weights version N (HF folder; v0 = the initial model)
-      checkpoints/optimizer/           the trainer's optimizer state after the latest step
+      checkpoints/optimizer/vN/        the trainer's state after the step that produced vN (a DCP
+                                       checkpoint: one shard file per rank, ``.metadata``)
+      trainer/request-NNNNNN.json      asks a resident trainer to train step N: ``{"step", "group"}``
       metrics.jsonl                    one line per finished training step
       logs/                            head, step and submitit logs
 """
@@ -121,6 +123,15 @@ class RunDir:
     @property
     def optimizer_dir(self) -> Path:
         return self.checkpoints_dir / "optimizer"
+
+    @property
+    def trainer_dir(self) -> Path:
+        """Where whoever drives a resident trainer asks it for its next step."""
+        return self.path / "trainer"
+
+    def trainer_request_file(self, index: int) -> Path:
+        """Asks the resident trainer of one group to train step ``index`` (see ``gyrectl.run.files``)."""
+        return self.trainer_dir / f"request-{index:06d}.json"
 
     @property
     def metrics_file(self) -> Path:

@@ -3,11 +3,18 @@
     torchrun --standalone --nproc_per_node=2 -m gyrectl.train --run-dir runs/my-run --step 0
     python -m gyrectl.train --run-dir runs/my-run --step 0          # one process, no torchrun
     GYRECTL_RUN_DIR=runs/my-run GYRECTL_TRAIN_STEP=0 torchrun ... -m gyrectl.train   # as the coordinator does
+    python -m gyrectl.train --run-dir runs/my-run --step 0 --resident --group g1   # stays up for step 1, 2, ...
 
 The coordinator starts it (one torchrun member per training cell, one rendezvous); it never
 drives the coordinator. What it writes: ``checkpoints/v{N+1}/`` (HF folder), the optimizer state
-under ``checkpoints/optimizer/`` and one line in ``metrics.jsonl``. Running a step whose
-v(N+1) exists already does nothing and exits 0. The recipe is :func:`gyrectl.train.step.run_step`.
+in ``checkpoints/optimizer/v{N+1}/`` (DCP, one shard file per rank) and one line in
+``metrics.jsonl``. Running a step whose v(N+1) exists already does nothing and exits 0. The
+recipe is :func:`gyrectl.train.step.run_step`.
+
+With ``--resident`` (or ``GYRECTL_TRAINER_RESIDENT=1``) the group stays up after step N, holding
+its model and optimizer, and trains each step requested of its group (``--group`` or
+``GYRECTL_TRAINER_GROUP``) in ``trainer/request-NNNNNN.json``, until a request names another group
+or the run's stop file appears (exit 0): see :mod:`gyrectl.train.resident`.
 
 Exit codes: 0 done, 1 runtime failure (or a bug: the traceback is printed, this is a log), 2 a
 mistake the user can fix (missing batch file or weights, bad config).
@@ -23,6 +30,7 @@ from pathlib import Path
 
 from gyrectl.errors import EXIT_RUNTIME, GyreError
 from gyrectl.run.rundir import RunDir
+from gyrectl.train.resident import serve
 from gyrectl.train.step import run_step
 
 
@@ -35,9 +43,20 @@ def main(argv: list[str] | None = None) -> int:
                         help="the run directory (holds config.yaml; default $GYRECTL_RUN_DIR)")
     parser.add_argument("--step", type=int, default=step, required=step is None,
                         help="step N: trains weights vN into v(N+1) (default $GYRECTL_TRAIN_STEP)")
+    parser.add_argument("--resident", action="store_true",
+                        default=os.environ.get("GYRECTL_TRAINER_RESIDENT", "") == "1",
+                        help="stay up after the step and train the steps requested of --group "
+                             "(default $GYRECTL_TRAINER_RESIDENT=1)")
+    parser.add_argument("--group", default=os.environ.get("GYRECTL_TRAINER_GROUP"),
+                        help="this trainer's group id, which requests name (default $GYRECTL_TRAINER_GROUP)")
     args = parser.parse_args(argv)
+    if args.resident and not args.group:
+        parser.error("--resident needs a group id: --group ID or $GYRECTL_TRAINER_GROUP")
     try:
-        run_step(run=RunDir.open(args.run_dir), step=args.step)
+        if args.resident:
+            serve(run=RunDir.open(args.run_dir), step=args.step, group=args.group)
+        else:
+            run_step(run=RunDir.open(args.run_dir), step=args.step)
     except GyreError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -10,11 +10,17 @@ in ``model.dtype``, the dtype the servers run in. An update of lr=1e-6 is far be
 resolution for most weights: rounded into the folder and reloaded, it would simply vanish. So
 when ``model.dtype`` is not float32 the float32 weights travel with the optimizer state.
 
-That state is one file ``optimizer_dir/adamw-v{N+1}.pt`` (AdamW's state and, where needed, the
-float32 weights), tagged with the version it produced; step N+1 uses it only if the tag matches
-the weights it starts from, else it starts fresh from the folder's weights and says so. All state
-dicts are full (unsharded), so the world size may change between steps: gathered on every rank
-(a collective), written by rank 0.
+That state (AdamW's and, where needed, the float32 weights) is a torch.distributed.checkpoint
+(DCP) folder ``optimizer_dir/v{N+1}/`` named after the version it produced: every rank writes the
+shards it holds (``__R_0.distcp`` per rank, ``.metadata`` by rank 0) into ``.v{N+1}.tmp`` and rank
+0 renames it into place after a barrier; older folders go once the step committed. No rank ever
+holds the full state. Step N+1 uses ``v{N}`` only if it is there for the weights it starts from,
+else it starts fresh from the folder's weights and says so. DCP reshards on load, so the world
+size may change between steps. The single-file ``adamw-vN.pt`` of earlier runs is not read: such
+a run's next step starts its optimizer fresh (with that warning), and the file is pruned.
+
+The HF weights folder is still written from a full state dict gathered on rank 0 (the servers
+load it); a sharded export is for later.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                      get_optimizer_state_dict, set_model_state_dict,
                                                      set_optimizer_state_dict)
@@ -64,12 +72,6 @@ def full_model_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
-def full_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """Collective, like :func:`full_model_state`."""
-    return get_optimizer_state_dict(model, optimizer,
-                                    options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-
-
 def save_policy(*, run: RunDir, version: int, state: dict[str, torch.Tensor], dtype: torch.dtype,
                 step_record: dict[str, Any]) -> Path:
     """Rank 0: writes version ``version`` (config, generation config and tokenizer files from
@@ -102,47 +104,71 @@ def read_step_record(*, run: RunDir, version: int) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def optimizer_file(*, run: RunDir, version: int) -> Path:
-    return run.optimizer_dir / f"adamw-v{version}.pt"
+def trainer_state_dir(*, run: RunDir, version: int) -> Path:
+    """The DCP checkpoint of the trainer's state after the step that produced ``version``."""
+    return run.optimizer_dir / f"v{version}"
 
 
 def restore_trainer_state(*, run: RunDir, version: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                          is_main: bool, master_weights: bool) -> bool:
+                          master_weights: bool) -> bool:
     """Collective: the state the step that produced ``version`` left -- AdamW's, and with
-    ``master_weights`` the float32 weights whose rounding ``version`` is -- read by rank 0 and
-    broadcast to the others. False (a fresh optimizer, weights as in the folder) if there is none."""
-    path = optimizer_file(run=run, version=version)
-    if not path.is_file():  # the shared filesystem gives every rank the same answer
+    ``master_weights`` the float32 weights whose rounding ``version`` is -- each rank reading the
+    slices of its own shards (DCP reshards when the world size changed). False (a fresh
+    optimizer, weights as in the folder) if there is none."""
+    folder = trainer_state_dir(run=run, version=version)
+    if not (folder / ".metadata").is_file():  # the shared filesystem gives every rank the same answer
         return False
-    saved = torch.load(path, map_location="cpu", weights_only=True) if is_main else {}
-    broadcast = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    # DCP loads in place: the state dicts to fill come from the model and a fresh AdamW (which
+    # get_optimizer_state_dict initialises with one zero-gradient, zero-lr step).
+    state = _sharded_state(model, optimizer, master_weights=master_weights)
+    dcp.load(state, checkpoint_id=folder)
     if master_weights:
-        set_model_state_dict(model, saved.get("master_weights", {}), options=broadcast)
+        set_model_state_dict(model, state["model"])
     lrs = [group["lr"] for group in optimizer.param_groups]
-    set_optimizer_state_dict(model, optimizer, optim_state_dict=saved.get("optimizer", {}), options=broadcast)
+    set_optimizer_state_dict(model, optimizer, optim_state_dict=state["optimizer"])
     for group, lr in zip(optimizer.param_groups, lrs):
         group["lr"] = lr  # the config's learning rate wins over the saved one
     return True
 
 
-def save_trainer_state(*, run: RunDir, version: int, optimizer: dict[str, Any],
-                       master_weights: dict[str, torch.Tensor] | None) -> None:
-    """Rank 0: the state after producing ``version`` (older files stay until the step commits:
-    a retry of this step still needs the one it started from)."""
-    run.optimizer_dir.mkdir(parents=True, exist_ok=True)
-    final = optimizer_file(run=run, version=version)
-    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
-    torch.save({"version": version, "optimizer": optimizer, "master_weights": master_weights}, tmp)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, final)
+def save_trainer_state(*, run: RunDir, version: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                       master_weights: bool, is_main: bool) -> None:
+    """Collective: every rank writes its own shards of the state after producing ``version`` into
+    a temporary folder; rank 0 renames it into place once all are written. Older versions stay
+    until the step commits: a retry of this step still needs the one it started from."""
+    final = trainer_state_dir(run=run, version=version)
+    tmp = final.with_name(f".{final.name}.tmp")  # one name for every rank: they write into it together
+    if is_main:
+        shutil.rmtree(tmp, ignore_errors=True)  # an attempt that crashed
+        shutil.rmtree(final, ignore_errors=True)  # uncommitted (v{version} absent): a crashed attempt's
+        tmp.mkdir(parents=True)
+    dist.barrier()
+    dcp.save(_sharded_state(model, optimizer, master_weights=master_weights), checkpoint_id=tmp)
+    dist.barrier()  # dcp.save returns once the metadata is written; the barrier makes the order plain
+    if is_main:
+        _fsync_folder(tmp)
+        os.rename(tmp, final)
+        _fsync_folder(run.optimizer_dir, files=False)
+
+
+def _sharded_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, *,
+                   master_weights: bool) -> dict[str, Any]:
+    """This rank's shards (DTensors): never a full state dict, whatever the model's size."""
+    state: dict[str, Any] = {"optimizer": get_optimizer_state_dict(model, optimizer)}
+    if master_weights:
+        state["model"] = get_model_state_dict(model)
+    return state
 
 
 def prune_trainer_state(*, run: RunDir, keep: int) -> None:
-    """Rank 0, after the step committed: every state file but version ``keep``'s."""
+    """Rank 0, after the step committed: every state folder but version ``keep``'s (and the
+    single-file ``adamw-v*.pt`` of runs before the DCP layout)."""
+    kept = trainer_state_dir(run=run, version=keep)
+    for old in run.optimizer_dir.glob("v*"):
+        if old != kept and old.is_dir():
+            shutil.rmtree(old, ignore_errors=True)
     for old in run.optimizer_dir.glob("adamw-v*.pt"):
-        if old != optimizer_file(run=run, version=keep):
-            old.unlink(missing_ok=True)
+        old.unlink(missing_ok=True)
 
 
 def _fsync_folder(folder: Path, *, files: bool = True) -> None:

@@ -79,5 +79,12 @@ def sum_over_ranks(values: Sequence[float], *, world: World) -> list[float]:
     return tensor.tolist()
 
 
+def max_over_ranks(value: float, *, world: World) -> float:
+    """The largest of one scalar over every rank."""
+    tensor = torch.tensor([value], dtype=torch.float64, device=world.device if world.device.type == "cuda" else "cpu")
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return float(tensor.item())
+
+
 def barrier() -> None:
     dist.barrier()

@@ -3,11 +3,18 @@
     0. v(N+1) exists?  -> done already (a retried step is a no-op; re-append its metrics line
                           if a crash lost it)
     1. join the process group (torchrun's, or a group of one)
-    2. load vN (float32 master weights), shard it (FSDP2), AdamW with the state step N-1 left
+    2. prepare the trainer: load vN (float32 master weights), shard it (FSDP2), AdamW with the
+       state step N-1 left -- or, in a resident trainer that just trained step N-1, take the
+       model and AdamW it holds in memory (see :mod:`gyrectl.train.resident`)
     3. build the batch: batch file -> calls -> trees -> dedup -> packed micro-batches, advantages
     4. forward/backward over this rank's micro-batches (round-robin), GRPO loss
     5. one AdamW step (gradients summed over ranks by FSDP2's reduce-scatter)
-    6. save the optimizer state, then v(N+1) (the rename commits the step), then the metrics line
+    6. save the optimizer state (each rank its shards), then v(N+1) (the rename commits the
+       step), then the metrics line
+
+:func:`run_step` is the one-shot step (0-6, then leave the group); :func:`check_step` (0),
+:func:`prepare_trainer` (2) and :func:`train_step` (3-6) are its parts, which the resident
+trainer calls too: one recipe for both.
 
 Every rank runs the same number of forward/backward passes (FSDP2's collectives must pair up):
 a rank with fewer micro-batches repeats one with its loss multiplied by zero.
@@ -27,7 +34,7 @@ import numpy as np
 import torch
 
 from gyrectl.config import load_config
-from gyrectl.config.schema import TrainingConfig
+from gyrectl.config.schema import Config, TrainingConfig
 from gyrectl.dedup.forward import target_logprobs
 from gyrectl.dedup.packing import PackedMicroBatch
 from gyrectl.errors import UserError
@@ -60,10 +67,44 @@ class StepResult:
     grad_norm: float
 
 
+@dataclass
+class Trainer:
+    """What a step trains: the sharded model and its AdamW, holding weights ``version``."""
+
+    world: World
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    version: int
+    dtype: torch.dtype
+    """The dtype of the weights folders and of forward/backward (``model.dtype``)."""
+    loaded: bool = False
+    """AdamW goes on from an earlier step's state (read from disk, or kept in memory)."""
+
+    @property
+    def keep_master(self) -> bool:
+        """The float32 master weights travel with the optimizer state (see gyrectl.train.checkpoint)."""
+        return self.dtype != torch.float32
+
+
 def run_step(*, run: RunDir, step: int) -> dict | None:
     """Trains step ``step``; returns the metrics line (on rank 0; None elsewhere or if done)."""
     timer = Timer()
-    if run.weights_dir(step + 1).exists():  # 0. committed already
+    config = check_step(run=run, step=step)  # 0.
+    if config is None:
+        return None
+    world = init_world()  # 1.
+    try:
+        with timer("load"):  # 2.
+            trainer = prepare_trainer(run=run, step=step, config=config, world=world)
+        return train_step(trainer, run=run, step=step, config=config, timer=timer, origin="started")  # 3.-6.
+    finally:
+        close_world()
+
+
+def check_step(*, run: RunDir, step: int) -> Config | None:
+    """None if step ``step`` committed already (its metrics line restored if lost), else the
+    run's config once the step's inputs are there (user errors before joining the group)."""
+    if run.weights_dir(step + 1).exists():
         _ensure_metrics_line(run=run, step=step)
         return None
     config = load_config(run.config_file)
@@ -71,47 +112,60 @@ def run_step(*, run: RunDir, step: int) -> dict | None:
     if batch_file.weights_version != step:
         raise UserError(f"{run.batch_file(step)}: weights_version {batch_file.weights_version}, but step "
                         f"{step} trains weights v{step} into v{step + 1}")
-    checkpoint.require_policy(run=run, version=step)  # user errors before joining the group
+    checkpoint.require_policy(run=run, version=step)
+    return config
+
+
+def prepare_trainer(*, run: RunDir, step: int, config: Config, world: World) -> Trainer:
+    """Collective: weights v``step`` from its folder, sharded, and AdamW with the state the step
+    before left (a fresh one, with a warning, if there is none for v``step``)."""
     dtype = checkpoint.DTYPES[config.model.dtype]
-    keep_master = dtype != torch.float32  # see gyrectl.train.checkpoint
-    world = init_world()  # 1.
-    try:
-        with timer("load"):  # 2.
-            model = checkpoint.load_policy(run=run, version=step, device=world.device)
-            model = shard_model(model, world=world, compute_dtype=dtype)
-            # No weight decay: a policy-gradient step should move weights only where the advantages say.
-            optimizer = torch.optim.AdamW(model.parameters(), lr=config.training.lr, weight_decay=0.0)
-            loaded = checkpoint.restore_trainer_state(run=run, version=step, model=model, optimizer=optimizer,
-                                                      is_main=world.is_main, master_weights=keep_master)
-            if not loaded and step > 0 and world.is_main:
-                print(f"warning: no optimizer state for v{step} in {run.optimizer_dir}; AdamW starts fresh",
-                      file=sys.stderr)
-        with timer("batch"):  # 3.
-            batch = build_step_batch(run=run, config=config, batch=batch_file)
-        with timer("forward_backward"):  # 4.
-            result = forward_backward(model=model, batch=batch, world=world, training=config.training)
-        with timer("optimizer"):  # 5.
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-        with timer("save"):  # 6.
-            # The copy inside v(N+1) is written before the save ends: its save time and duration are 0.
-            metrics = _metrics(step=step, batch=batch, result=result, world=world, loaded=loaded, timer=timer)
-            model_state = checkpoint.full_model_state(model)
-            optimizer_state = checkpoint.full_optimizer_state(model, optimizer)
-            if world.is_main:
-                checkpoint.save_trainer_state(run=run, version=step + 1, optimizer=optimizer_state,
-                                              master_weights=model_state if keep_master else None)
-                checkpoint.save_policy(run=run, version=step + 1, state=model_state, dtype=dtype,
-                                       step_record=metrics)
-                checkpoint.prune_trainer_state(run=run, keep=step + 1)
+    model = checkpoint.load_policy(run=run, version=step, device=world.device)
+    model = shard_model(model, world=world, compute_dtype=dtype)
+    # No weight decay: a policy-gradient step should move weights only where the advantages say.
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.training.lr, weight_decay=0.0)
+    loaded = checkpoint.restore_trainer_state(run=run, version=step, model=model, optimizer=optimizer,
+                                              master_weights=dtype != torch.float32)
+    if not loaded and step > 0 and world.is_main:
+        print(f"warning: no optimizer state for v{step} in {run.optimizer_dir}; AdamW starts fresh",
+              file=sys.stderr)
+    return Trainer(world=world, model=model, optimizer=optimizer, version=step, dtype=dtype, loaded=loaded)
+
+
+def train_step(trainer: Trainer, *, run: RunDir, step: int, config: Config, timer: Timer,
+               origin: str) -> dict | None:
+    """Steps 3-6 on a prepared trainer holding weights v``step``; ``origin`` (``started`` or
+    ``reused``) goes into the metrics line. Leaves ``trainer`` holding v``step + 1``."""
+    assert trainer.version == step, f"the trainer holds v{trainer.version}, not v{step}"
+    world, model, optimizer = trainer.world, trainer.model, trainer.optimizer
+    for group in optimizer.param_groups:
+        group["lr"] = config.training.lr  # the config's learning rate wins (also over a resident's)
+    with timer("batch"):  # 3.
+        batch = build_step_batch(run=run, config=config, batch=read_batch_file(run=run, step=step))
+    with timer("forward_backward"):  # 4.
+        result = forward_backward(model=model, batch=batch, world=world, training=config.training)
+    with timer("optimizer"):  # 5.
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    trainer.version = step + 1
+    with timer("save"):  # 6.
+        # The copy inside v(N+1) is written before the save ends: its save time and duration are 0.
+        metrics = _metrics(step=step, batch=batch, result=result, world=world, loaded=trainer.loaded,
+                           timer=timer, origin=origin)
+        checkpoint.save_trainer_state(run=run, version=step + 1, model=model, optimizer=optimizer,
+                                      master_weights=trainer.keep_master, is_main=world.is_main)
+        model_state = checkpoint.full_model_state(model)
         if world.is_main:
-            metrics["time_s"]["save"] = timer.phases["save"]
-            metrics["duration_s"] = round(time.perf_counter() - timer.start, 4)
-            _append_metrics(run=run, metrics=metrics)
-        barrier()  # no rank reports success before rank 0 committed
-        return metrics if world.is_main else None
-    finally:
-        close_world()
+            checkpoint.save_policy(run=run, version=step + 1, state=model_state, dtype=trainer.dtype,
+                                   step_record=metrics)
+            checkpoint.prune_trainer_state(run=run, keep=step + 1)
+    trainer.loaded = True  # the next step (in this process) goes on from this state
+    if world.is_main:
+        metrics["time_s"]["save"] = timer.phases["save"]
+        metrics["duration_s"] = round(time.perf_counter() - timer.start, 4)
+        _append_metrics(run=run, metrics=metrics)
+    barrier()  # no rank reports success before rank 0 committed
+    return metrics if world.is_main else None
 
 
 def forward_backward(*, model: torch.nn.Module, batch: StepBatch, world: World,
@@ -159,7 +213,7 @@ def _local(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def _metrics(*, step: int, batch: StepBatch, result: StepResult, world: World, loaded: bool,
-             timer: Timer) -> dict:
+             timer: Timer, origin: str) -> dict:
     rewards = np.array(list(batch.rewards.values()), dtype=np.float64)
     return {
         "step": step, "weight_version": step + 1, "loss": result.loss,
@@ -171,7 +225,8 @@ def _metrics(*, step: int, batch: StepBatch, result: StepResult, world: World, l
         "micro_batches": len(batch.micro_batches), "naive_tokens": batch.naive_tokens,
         "unique_tokens": batch.unique_tokens, "trained_tokens": batch.trained_tokens,
         "dedup_ratio": round(batch.dedup_ratio, 4), "duration_s": 0.0, "time_s": {**timer.phases, "save": 0.0},
-        "world_size": world.world_size, "optimizer_state": "loaded" if loaded else "fresh"}
+        "world_size": world.world_size, "optimizer_state": "loaded" if loaded else "fresh",
+        "trainer": origin}
 
 
 def _append_metrics(*, run: RunDir, metrics: dict) -> None:

@@ -12,9 +12,8 @@ from safetensors.torch import load_file
 from gyrectl.config import dump_config, load_config
 from gyrectl.errors import UserError
 from gyrectl.store.jsonl import read_records
-from gyrectl.train.checkpoint import optimizer_file
 from gyrectl.train.step import run_step
-from train_run import make_run, record_calls, rollouts, train_step, write_batch
+from train_run import make_run, read_trainer_state, record_calls, rollouts, train_step, write_batch
 
 
 def test_missing_weights_are_a_user_error(tmp_path, tiny_model_dir):
@@ -43,8 +42,8 @@ def test_bfloat16_checkpoints_keep_float32_master_weights(tmp_path, tiny_model_d
         write_batch(run, step=step, batch=batch)
         run_step(run=run, step=step)
         if step == 0:
-            master1 = torch.load(optimizer_file(run=run, version=1), weights_only=True)["master_weights"]
-    master2 = torch.load(optimizer_file(run=run, version=2), weights_only=True)["master_weights"]
+            master1 = read_trainer_state(run, version=1, scratch=tmp_path)["model"]
+    master2 = read_trainer_state(run, version=2, scratch=tmp_path)["model"]
     v1 = load_file(str(run.weights_dir(1) / "model.safetensors"))
     assert v1["lm_head.weight"].dtype == torch.bfloat16
     assert all(torch.equal(v1[k], master1[k].to(torch.bfloat16)) for k in v1)  # the folder is the rounding

@@ -2,8 +2,8 @@
 (gloo, FSDP2) on a real run directory, checked against naive per-path GRPO computed here.
 
 Step 0 runs once per module (a torchrun start costs seconds on two cores); the tests then read
-what it wrote, run step 1 as a plain process (another world size: the optimizer state is full,
-not sharded) and re-run step 0 (a no-op)."""
+what it wrote, run step 1 as a plain process and step 2 on two ranks again (the world size
+changes both ways: DCP reshards the optimizer state each rank wrote) and re-run step 0 (a no-op)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from gyrectl.store.jsonl import read_records
-from gyrectl.train.checkpoint import optimizer_file
+from gyrectl.train.checkpoint import trainer_state_dir
 from gyrectl.train.grpo import group_advantages
-from train_run import TRAINING, make_run, naive_grpo_loss, record_calls, rollouts, torchrun_step, train_step, write_batch
+from train_run import (TRAINING, make_run, naive_grpo_loss, read_trainer_state, record_calls, rollouts, torchrun_step,
+                       train_step, write_batch)
 
 pytestmark = pytest.mark.torchrun
 
@@ -72,6 +73,15 @@ def test_torchrun_loss_and_gradient_equal_naive_per_path_training(step0, tiny_mo
     assert line["dedup_ratio"] == pytest.approx(line["naive_tokens"] / line["unique_tokens"], rel=1e-3)
     assert line["clip_fraction"] == 0.0 and line["kl"] > 0.0  # one step per batch; noisy behaviour
     assert set(line["time_s"]) == {"load", "batch", "forward_backward", "optimizer", "save"}
+    assert line["trainer"] == "started"
+
+
+def test_each_rank_wrote_its_own_shard_of_the_optimizer_state(step0):
+    run, _ = step0
+    folder = trainer_state_dir(run=run, version=1)
+    assert (folder / ".metadata").is_file()
+    assert sorted(p.name for p in folder.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
+    assert not list(run.optimizer_dir.glob(".v*.tmp"))
 
 
 def test_v1_is_an_hf_folder_one_adamw_step_from_v0(step0, tiny_model, tiny_model_dir):
@@ -100,21 +110,37 @@ def test_v1_is_an_hf_folder_one_adamw_step_from_v0(step0, tiny_model, tiny_model
     assert float((moved - expected).norm() / expected.norm()) <= 1e-3  # seen: 1e-4
 
 
-def test_step1_on_another_world_size_loads_the_optimizer_state(step0, tiny_model):
+def test_step1_on_another_world_size_loads_the_optimizer_state(step0, tiny_model, tmp_path):
     run, _ = step0
     batch = rollouts(tiny_model, tasks=STEP1, seed=10, version=1)
     record_calls(run, batch)
     write_batch(run, step=1, batch=batch)
-    assert optimizer_file(run=run, version=1).is_file()
+    assert (trainer_state_dir(run=run, version=1) / ".metadata").is_file()
     done = train_step(run, step=1)  # a plain process: world size 1 after 2
     assert done.returncode == 0, done.stderr[-4000:]
     line = metrics(run)[-1]
     assert (line["step"], line["weight_version"], line["world_size"], line["optimizer_state"]) == (1, 2, 1, "loaded")
     assert AutoModelForCausalLM.from_pretrained(run.weights_dir(2), dtype=torch.float32) is not None
     # Adam's step counter went on from step 0's state (a fresh optimizer would be at 1).
-    state = torch.load(optimizer_file(run=run, version=2), weights_only=True)["optimizer"]["state"]
+    state = read_trainer_state(run, version=2, scratch=tmp_path)["optimizer"]["state"]
     assert {int(s["step"]) for s in state.values()} == {2}
-    assert not optimizer_file(run=run, version=1).exists()
+    assert not trainer_state_dir(run=run, version=1).exists()
+    assert [p.name for p in trainer_state_dir(run=run, version=2).glob("*.distcp")] == ["__0_0.distcp"]
+
+
+STEP2 = {"e20": ("t3", 1.0), "e21": ("t3", 0.0)}
+
+
+def test_step2_on_two_ranks_reshards_the_state_one_rank_saved(step0, tiny_model):
+    run, _ = step0
+    batch = rollouts(tiny_model, tasks=STEP2, seed=20, version=2)
+    record_calls(run, batch)
+    write_batch(run, step=2, batch=batch)
+    done = torchrun_step(run, step=2)  # world size 2 after 1
+    assert done.returncode == 0, done.stderr[-4000:]
+    line = metrics(run)[-1]
+    assert (line["step"], line["world_size"], line["optimizer_state"]) == (2, 2, "loaded")
+    assert len(list(trainer_state_dir(run=run, version=3).glob("*.distcp"))) == 2
 
 
 def test_rerunning_a_committed_step_is_a_no_op(step0):

@@ -124,3 +124,31 @@ def train_step(run: RunDir, *, step: int, timeout: float = 300) -> subprocess.Co
     """``python -m gyrectl.train --run-dir RUN --step N``: one process, no torchrun."""
     command = [sys.executable, "-m", "gyrectl.train", "--run-dir", str(run.path), "--step", str(step)]
     return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+def resident_step(run: RunDir, *, step: int, group: str, nproc: int = 0) -> subprocess.Popen:
+    """``python -m gyrectl.train ... --resident --group GROUP`` (under torchrun with ``nproc`` > 0),
+    started and left running: the caller writes requests, the stop file, and waits for it. Its
+    output goes to ``logs/resident-GROUP.log`` (a pipe nobody reads while it runs could fill up)."""
+    command = ["-m", "gyrectl.train", "--run-dir", str(run.path), "--step", str(step), "--resident", "--group", group]
+    if nproc:
+        command = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *command]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    with open(resident_log(run, group=group), "w") as log:
+        return subprocess.Popen([sys.executable, *command], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def resident_log(run: RunDir, *, group: str) -> Path:
+    return run.logs_dir / f"resident-{group}.log"
+
+
+def read_trainer_state(run: RunDir, *, version: int, scratch: Path) -> dict:
+    """The DCP folder ``checkpoints/optimizer/vN`` as one full state dict (``optimizer``, and
+    ``model`` with master weights): a test may gather what no rank ever does."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    from gyrectl.train.checkpoint import trainer_state_dir
+
+    out = scratch / f"trainer-state-v{version}.pt"
+    dcp_to_torch_save(trainer_state_dir(run=run, version=version), out)
+    return torch.load(out, weights_only=False)
