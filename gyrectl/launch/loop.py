@@ -108,7 +108,7 @@ def run_loop(*, run: RunDir, config: Config, cluster: Cluster, nodes: Sequence[N
                             executions_per_task=config.rollout.executions_per_task,
                             batch_executions=config.training.batch_executions,
                             verifier=verifier, servers=servers, weight_sync=HttpWeightSync(server_key=server_key),
-                            server_key=server_key)
+                            server_key=server_key, stopping=stopped)
     actuator = Actuator(cluster=cluster, gateway=rollouts, clock=rollouts, steps=steps, cell_nodes=cell_nodes)
     try:
         past = read_events(run.journal_file)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,11 +59,13 @@ class LiveRollouts:
     def __init__(self, *, run: RunDir, gateway: BackgroundGateway, harnesses: HarnessRunner,
                  tasks: list[dict[str, Any]], executions_per_task: int, batch_executions: int,
                  verifier: Verifier, servers: Sequence[CellServer],
-                 weight_sync: WeightSync, server_key: str = "", poll_s: float = 0.25):
+                 weight_sync: WeightSync, server_key: str = "", poll_s: float = 0.25,
+                 stopping: Callable[[], bool] = lambda: False):
         self._run, self._gateway, self._harnesses = run, gateway, harnesses
         self._tasks, self._per_task, self._batch = tasks, executions_per_task, batch_executions
         self._verifier, self._servers, self._weight_sync = verifier, list(servers), weight_sync
         self._next_seq, self._poll_s, self._server_key = 0, poll_s, server_key
+        self._stopping = stopping
         self._version_of: dict[int, int] = {}
         self._done: list[_Done] = []
         self._claimed: dict[int, list[_Done]] = {}
@@ -149,8 +151,12 @@ class LiveRollouts:
     def poll(self) -> list[Event]:
         if self._sync_error is not None:
             raise RuntimeFailure(self._sync_error)
-        for ended in self._harnesses.reap():
-            self._finish(ended)
+        # A harness that ends while the run is being stopped was most likely killed with it (Slurm
+        # signals the whole job): it is left unfinished, so the next head runs it again instead of
+        # recording an infrastructure failure that would never be trained.
+        if not self._stopping():
+            for ended in self._harnesses.reap():
+                self._finish(ended)
         with self._lock:
             events, self._outbox = self._outbox, []
         return events

@@ -104,3 +104,25 @@ def test_live_rollouts_finish_score_and_claim(harness_file, tmp_path):
     finally:
         rollouts.close()
         gateway.close()
+
+
+def test_harnesses_that_end_while_the_run_stops_are_left_for_the_next_head(harness_file, tmp_path):
+    """Slurm signals the whole job when it is cancelled or requeued, harnesses included: one that
+    dies then is no infrastructure failure of its own, so it is not recorded as finished (the
+    next head runs it again under a new id) -- never an untrained left-out execution."""
+    run = RunDir.create(tmp_path / "runs", "r")
+    gateway = BackgroundGateway(GatewaySettings(token=run.token(), models=("tiny",)), sink=None)  # no calls here
+    stopping = []
+    rollouts = LiveRollouts(run=run, gateway=gateway, harnesses=_runner(harness_file, tmp_path),
+                            tasks=[{"id": "broken", "crash": True}], executions_per_task=1, batch_executions=1,
+                            verifier=lambda task, output: 0.0, servers=[], weight_sync=None,  # type: ignore[arg-type]
+                            stopping=lambda: bool(stopping))
+    try:
+        rollouts.dispatch(count=1, version=0)
+        stopping.append(True)
+        time.sleep(1.5)  # the harness has crashed by now
+        assert not any(isinstance(e, Finished) for e in rollouts.poll())
+        assert not any("status" in r for r in read_records(run.executions_file))
+    finally:
+        rollouts.close()
+        gateway.close()
