@@ -75,6 +75,7 @@ def main() -> None:
     parser.add_argument("--cpu-window-s", type=float, default=10.0)
     args = parser.parse_args()
     config = load_config(REPO / "configs/local-tiny.yaml", [f"model.path={args.model.resolve()}"])
+    (REPO / "runs").mkdir(exist_ok=True)
     run = RunDir.create(Path(tempfile.mkdtemp(dir=REPO / "runs")), "warm")
     weights = run.weights_dir(0)
     weights.symlink_to(args.model.resolve())
