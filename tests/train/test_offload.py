@@ -9,7 +9,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from gyrectl.train.distributed import close_world, init_world, shard_model
-from gyrectl.train.offload import _move_optimizer_state, offload, onload
+from gyrectl.train.offload import offload, onload, restore_state, stash_state
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
@@ -42,8 +42,10 @@ def test_offloaded_state_trains_on_exactly_as_the_original(tiny_model_dir):
             assert all(t.device.type == "cpu" and t.is_pinned() for t in exp_avg)
         onload(models[1], optimizers[1], device=world.device)
         assert all(_local(p).device == _local(next(models[0].parameters())).device for p in models[1].parameters())
-        if world.device.type == "cpu":
-            _move_optimizer_state(optimizers[1], lambda t: t.clone())  # the GPU path's rebuild, minus the device
+        if world.device.type == "cpu":  # the GPU path's stash and rebuild, minus the devices
+            stash_state(optimizers[1], lambda t: t.clone())
+            assert not any(type(s["exp_avg"]).__name__ == "DTensor" for s in optimizers[1].state.values())
+            restore_state(optimizers[1], lambda t: t.clone())
         assert all(type(s["exp_avg"]).__name__ == "DTensor" for s in optimizers[1].state.values())
         for model, optimizer in zip(models, optimizers):
             step(model, optimizer)
