@@ -94,15 +94,12 @@ def test_replay_reads_the_run(cli, finished_run) -> None:
     assert totals["executions"] >= STEPS * 32 and totals["unique_tokens"] < totals["naive_tokens"]
 
 
-def test_a_moving_cell_keeps_one_server_asleep_through_training(cli, finished_run) -> None:
-    """rollout.sleep_level 1 (the default): cell 1's server sleeps while it trains and wakes when
-    it returns, so each cell cold-starts one server for the whole run however often it moves."""
+def test_a_cell_that_leaves_rollout_keeps_its_server_asleep(finished_run) -> None:
+    """rollout.sleep_level 1 (the default): cell 1's server sleeps while it trains instead of
+    stopping, and any return wakes it, so each cell cold-starts one server for the whole run
+    (tests/loop/test_warm_cells_loop.py moves every cell both ways)."""
     events = [e for e in read_events(finished_run / "journal.jsonl") if isinstance(e, PhaseChanged)]
     cold_starts = [e.cell for e in events if e.phase in (Phase.STARTING, Phase.RETURNING) and not e.warm]
     assert sorted(cold_starts) == [0, 1], cold_starts
-    returns = [e for e in events if e.cell == 1 and e.phase is Phase.RETURNING]
-    slept = [e for e in events if e.cell == 1 and e.phase is Phase.TRAIN and e.sleeping_server]
-    assert len(returns) >= 2 and len(slept) >= 2 and all(e.warm for e in returns)
-    moves = _status(cli, finished_run)["moves"]
-    warm_returns = [m for m in moves if m["to"] == "rollout" and m["warm"] and m["ready_s"] is not None]
-    assert len(warm_returns) >= 2
+    assert any(e.cell == 1 and e.phase is Phase.TRAIN and e.sleeping_server for e in events)
+    assert all(e.warm for e in events if e.phase is Phase.RETURNING)

@@ -1,0 +1,58 @@
+"""Warm cells in the whole loop on the local backend: under the colocate policy every cell moves
+both ways every step, and with ``rollout.sleep_level`` 1 (the default) each cell's vLLM server is
+started once for the whole run: it sleeps while its cell trains and wakes when it returns.
+
+One short run of the embedded default's config (3 steps, smaller batches) serves every assertion.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gyrectl.coordinator.events import PhaseChanged, StepFailed
+from gyrectl.coordinator.journal import read_events
+from gyrectl.coordinator.state import Phase
+
+pytestmark = [pytest.mark.loop, pytest.mark.vllm, pytest.mark.slow]
+STEPS = 3
+
+
+@pytest.fixture(scope="module")
+def colocated(cli, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("runs")
+    result = cli("launch", "configs/local-tiny.yaml", "--wait", "--json", "--set", f"run.output_root={root}",
+                 "--set", f"model.path={tiny_model_dir}", "--set", "run.name=warm", "--set", f"run.steps={STEPS}",
+                 "--set", "scheduler.policy=colocate", "--set", "scheduler.min_rollout_cells=0",
+                 "--set", "training.batch_executions=16", "--set", "rollout.server_port=18400", timeout=2400)
+    run_dir = root / "warm"
+    head_log = (run_dir / "logs" / "head.log").read_text() if (run_dir / "logs" / "head.log").exists() else ""
+    assert result.returncode == 0, f"{result.stderr}\n--- head.log ---\n{head_log[-5000:]}"
+    return run_dir
+
+
+def test_every_cell_moves_both_ways_twice_on_one_server(colocated) -> None:
+    events = read_events(colocated / "journal.jsonl")
+    phases = [e for e in events if isinstance(e, PhaseChanged)]
+    for cell in (0, 1):
+        mine = [e for e in phases if e.cell == cell]
+        assert sum(e.phase is Phase.DRAINING for e in mine) >= 2 and sum(e.phase is Phase.RETURNING for e in mine) >= 2
+        assert len({e.step_id for e in mine if e.step_id}) == 1, "one server step for the whole run"
+        assert [e.warm for e in mine if e.phase is Phase.RETURNING] == [True] * sum(e.phase is Phase.RETURNING
+                                                                                    for e in mine)
+        assert all(e.sleeping_server for e in mine if e.phase is Phase.TRAIN)
+    assert not [e for e in events if isinstance(e, StepFailed)]
+
+
+def test_status_shows_warm_moves_ready_at_once(cli, colocated) -> None:
+    result = cli("status", str(colocated), "--json")
+    assert result.returncode == 0, result.stderr
+    view = json.loads(result.stdout)
+    assert (view["job"]["reason"], len(view["steps"])) == ("completed", STEPS)
+    returns = [m for m in view["moves"] if m["to"] == "rollout"]
+    assert len(returns) >= 4 and all(m["warm"] and m["ready_s"] is not None for m in returns)
+    # (how fast a warm return is, against a cold one, is measured side by side by
+    # benchmarks/coordination/warm.py, with its figures in docs/performance.md)
+    assert {c["engine"] for c in view["cells"]} <= {"asleep", "awake"}
