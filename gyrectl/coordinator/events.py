@@ -243,8 +243,9 @@ def _train_retried(state: CoordinatorState, e: TrainRetried) -> CoordinatorState
 
 
 def _resumed(state: CoordinatorState, e: Resumed) -> CoordinatorState:
+    # A new allocation: lost nodes are replaced too, and no server of the old one is left to wake.
     cells = CellTable(dataclasses.replace(c, phase=Phase.IDLE, since=e.at, step_id="", syncing=False,
-                                          sleeping_server="") for c in state.cells)  # a new allocation: lost nodes are replaced too
+                                          sleeping_server="") for c in state.cells)
     return _abandon_training(dataclasses.replace(state, cells=cells))
 
 

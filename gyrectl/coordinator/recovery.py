@@ -132,8 +132,8 @@ def recover(state: CoordinatorState, seen: Observation) -> list[Recovery]:
     lost = seen.lost - {cell.id for cell in state.cells.by_phase[Phase.LOST]}
     if lost:  # one at a time: a loss may end the training step the next one is in
         return [lose_cell(state, min(lost))]
-    return [*place_cells(seen), *finish_moves(state, seen), *restart_servers(state, seen),
-            *forget_servers(state, seen), *watch_training(state, seen)]
+    return [*place_cells(seen), *finish_moves(state, seen), *answer_server_exits(state, seen),
+            *watch_training(state, seen)]
 
 
 def lose_cell(state: CoordinatorState, cell: int) -> LoseCell:
@@ -169,33 +169,25 @@ def finish_moves(state: CoordinatorState, seen: Observation) -> list[Recovery]:
     return recoveries
 
 
-def restart_servers(state: CoordinatorState, seen: Observation) -> list[Recovery]:
-    """A serving cell's server died under its calls: they move to other servers (or wait for one),
-    and the cell starts a new server with the latest weights."""
+def answer_server_exits(state: CoordinatorState, seen: Observation) -> list[Recovery]:
+    """A server step that exited on its own counts against its cell's limit. A serving cell's
+    server died under its calls: they move to other servers (or wait for one), and the cell starts
+    a new server with the latest weights. A sleeping server held nothing: it is forgotten, and its
+    cell starts a new one when it returns."""
     recoveries: list[Recovery] = []
-    for cell in state.cells.by_phase[Phase.ROLLOUT]:
-        status = seen.steps[cell.step_id]
+    serving = [(cell, cell.step_id) for cell in state.cells.by_phase[Phase.ROLLOUT]]
+    asleep = [(cell, cell.sleeping_server) for cell in state.cells.by_phase[Phase.TRAIN] if cell.sleeping_server]
+    for cell, step_id in serving + asleep:
+        status = seen.steps[step_id]
         if not status.state.ended or cell.id in seen.lost_later:  # lost: answered next round
             continue
         if cell.failures + 1 >= MAX_CELL_FAILURES:
+            how = ", asleep" if cell.phase is Phase.TRAIN else ""
             return recoveries + [GiveUp(f"the rollout server of cell {cell.id} exited {cell.failures + 1} times "
-                                        f"(last exit code {status.exit_code}); see its step log")]
-        recoveries.append(RestartServer(cell=cell.id, step_id=cell.step_id, exit_code=status.exit_code,
-                                        version=state.version))
-    return recoveries
-
-
-def forget_servers(state: CoordinatorState, seen: Observation) -> list[Recovery]:
-    """A sleeping server that exited holds nothing: its cell starts a new one when it returns."""
-    recoveries: list[Recovery] = []
-    for cell in state.cells.by_phase[Phase.TRAIN]:
-        status = seen.steps.get(cell.sleeping_server) if cell.sleeping_server else None
-        if status is None or not status.state.ended or cell.id in seen.lost_later:
-            continue
-        if cell.failures + 1 >= MAX_CELL_FAILURES:
-            return recoveries + [GiveUp(f"the rollout server of cell {cell.id} exited {cell.failures + 1} times "
-                                        f"(last exit code {status.exit_code}, asleep); see its step log")]
-        recoveries.append(ForgetServer(cell=cell.id, step_id=cell.sleeping_server, exit_code=status.exit_code))
+                                        f"(last exit code {status.exit_code}{how}); see its step log")]
+        recoveries.append(RestartServer(cell=cell.id, step_id=step_id, exit_code=status.exit_code,
+                                        version=state.version) if cell.phase is Phase.ROLLOUT
+                          else ForgetServer(cell=cell.id, step_id=step_id, exit_code=status.exit_code))
     return recoveries
 
 

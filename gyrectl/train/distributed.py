@@ -73,17 +73,19 @@ def shard_model(model: torch.nn.Module, *, world: World, compute_dtype: torch.dt
 
 def sum_over_ranks(values: Sequence[float], *, world: World) -> list[float]:
     """Element-wise sum of a few scalars over every rank (float64, so counts stay exact)."""
-    tensor = torch.tensor(list(values), dtype=torch.float64,
-                          device=world.device if world.device.type == "cuda" else "cpu")
-    dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
-    return tensor.tolist()
+    return _reduce(values, dist.ReduceOp.SUM, world=world)
 
 
 def max_over_ranks(value: float, *, world: World) -> float:
     """The largest of one scalar over every rank."""
-    tensor = torch.tensor([value], dtype=torch.float64, device=world.device if world.device.type == "cuda" else "cpu")
-    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-    return float(tensor.item())
+    return _reduce([value], dist.ReduceOp.MAX, world=world)[0]
+
+
+def _reduce(values: Sequence[float], op: dist.ReduceOp.RedOpType, *, world: World) -> list[float]:
+    tensor = torch.tensor(list(values), dtype=torch.float64,
+                          device=world.device if world.device.type == "cuda" else "cpu")
+    dist.all_reduce(tensor, op=op)
+    return tensor.tolist()
 
 
 def barrier() -> None:
