@@ -1,7 +1,12 @@
-"""Warm vs cold role switches of one cell on the local backend, side by side in one run, engine
-included (printed as Markdown; the figures in docs/performance.md):
+"""Warm vs cold role switches of one cell, side by side in one run, engine included (printed as
+Markdown; the figures in docs/performance.md):
 
-    PYTHONPATH=. .venv/bin/python -m benchmarks.coordination.warm --rounds 3
+    PYTHONPATH=. .venv/bin/python -m benchmarks.coordination.warm --rounds 3        # local backend
+    PYTHONPATH=. .venv/bin/python -m benchmarks.coordination --warm-only          # the Slurm cluster
+
+On Slurm it runs inside a two-node allocation (``python -m benchmarks.coordination`` submits it
+with ``--backend slurm``): the first node is the head, the cell's server is an srun step on the
+second, started with ``--overlap`` as a run's server is when it may sleep beside a trainer.
 
 Each round moves the cell both ways twice, with the calls the actuator makes:
 
@@ -22,12 +27,15 @@ import argparse
 import statistics
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import psutil
 
 from gyrectl.capture.store import CaptureWriter
+from gyrectl.cluster.base import Node
 from gyrectl.cluster.local.cluster import LocalCluster
+from gyrectl.cluster.slurm.hetjob import SlurmCluster
 from gyrectl.config import load_config
 from gyrectl.gateway.background import BackgroundGateway
 from gyrectl.gateway.settings import GatewaySettings
@@ -39,6 +47,13 @@ from gyrectl.rollout.weights import HttpWeightSync
 from gyrectl.run.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[2]
+CONFIGS = {"local": "configs/local-tiny.yaml", "slurm": "configs/slurm-tiny.yaml"}
+
+
+def _cell_node(nodes: Sequence[Node]) -> Node:
+    """The node the moving cell is on: the local backend's second virtual node, or the
+    allocation's second node (its first is the head)."""
+    return next((n for n in nodes if n.het_group == 1), None) or nodes[1]
 
 
 def _server_tree(weights: Path) -> list[psutil.Process]:
@@ -73,14 +88,17 @@ def main() -> None:
     parser.add_argument("--model", type=Path, default=REPO / "models/tiny")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--cpu-window-s", type=float, default=10.0)
+    parser.add_argument("--backend", choices=("local", "slurm"), default="local",
+                        help="slurm: inside an allocation of two nodes (see the module's docstring)")
     args = parser.parse_args()
-    config = load_config(REPO / "configs/local-tiny.yaml", [f"model.path={args.model.resolve()}"])
+    config = load_config(REPO / CONFIGS[args.backend], [f"model.path={args.model.resolve()}",
+                                                         f"cluster.backend={args.backend}"])
     (REPO / "runs").mkdir(exist_ok=True)
     run = RunDir.create(Path(tempfile.mkdtemp(dir=REPO / "runs")), "warm")
     weights = run.weights_dir(0)
     weights.symlink_to(args.model.resolve())
-    cluster = LocalCluster(config)
-    node = next(n for n in cluster.discover() if n.het_group == 1)
+    cluster = LocalCluster(config) if args.backend == "local" else SlurmCluster()
+    node = _cell_node(cluster.discover())
     steps, key, model = step_factory(config, run), run.server_key(), served_model_name(config)
     writer = CaptureWriter(run.calls_store)
     gateway = BackgroundGateway(GatewaySettings(token=run.token(), admin_token=run.admin_token(), server_key=key,
@@ -141,7 +159,8 @@ def _print(rows: dict[str, list[float]], args: argparse.Namespace) -> None:
         values = rows[name]
         return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
 
-    print(f"### Warm vs cold switch, local backend, tiny model on CPU, {args.rounds} rounds (median (min-max), s)\n")
+    print(f"### Warm vs cold switch, {args.backend} backend, tiny model on CPU, {args.rounds} rounds "
+          f"(median (min-max), s)\n")
     print("| direction | cold (sleep_level 0) | warm (sleep_level 1) | cold / warm |")
     print("|---|---|---|---|")
     for direction in ("to_rollout", "to_train"):

@@ -141,6 +141,12 @@ class TrainingConfig:
     """PPO-style clipping range of the importance ratio."""
     max_importance_weight: float = 2.0
     """Cap of the truncated importance weight that corrects tokens sampled by older weights."""
+    resident: bool = True
+    """Keep the training group up between steps: while the next step trains on the same cells, its
+    members keep their processes, model and optimizer state (no torchrun start, no load; on GPU
+    offloaded to host memory while the cells serve). Other cells, a failed step or a lost cell start
+    a new group from the last checkpoint. false: every step starts its members afresh. A step that
+    grows (``scheduler.grow_running_step``, simulated only) always starts afresh."""
 
 
 @dataclass(frozen=True)

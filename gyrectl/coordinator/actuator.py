@@ -15,12 +15,13 @@ from collections.abc import Iterable, Sequence
 from gyrectl.cluster.base import Cluster, Node
 from gyrectl.coordinator.actions import Action, Dispatch, ExtendTrain, MoveCell, StartServer, StartTrain, SyncWeights
 from gyrectl.coordinator.events import (CellLost, CellPlaced, Dispatched, Event, PhaseChanged, StepFailed,
-                                        SyncStarted, TrainEnded, TrainExtended, TrainRetried, TrainStarted)
+                                        SyncStarted, TrainEnded, TrainerReleased, TrainExtended, TrainRetried,
+                                        TrainStarted)
 from gyrectl.coordinator.observation import read_world
-from gyrectl.coordinator.ports import Clock, RolloutGateway, StepBuilder
+from gyrectl.coordinator.ports import Clock, ResidentTrainers, RolloutGateway, StepBuilder
 from gyrectl.coordinator.recovery import (EndTraining, ForgetServer, GiveUp, LoseCell, PlaceCell, Recovery,
-                                          RestartServer, RetryTraining, RouteServer, SleepDrained, StopDrained,
-                                          recover)
+                                          ReleaseTrainer, RestartServer, RetryTraining, RouteServer, SleepDrained,
+                                          StopDrained, recover)
 from gyrectl.coordinator.state import CoordinatorState, Phase
 from gyrectl.errors import RuntimeFailure
 
@@ -37,9 +38,10 @@ def group_cells(workers: Sequence[str], nodes_per_cell: int) -> list[tuple[str, 
 
 class Actuator:
     def __init__(self, *, cluster: Cluster, gateway: RolloutGateway, clock: Clock, steps: StepBuilder,
-                 cell_nodes: Sequence[tuple[str, ...]]):
+                 trainers: ResidentTrainers, cell_nodes: Sequence[tuple[str, ...]]):
         self.cell_nodes = list(cell_nodes)
         self._cluster, self._gateway, self._clock, self._steps = cluster, gateway, clock, steps
+        self._trainers = trainers
 
     def act(self, action: Action, state: CoordinatorState) -> list[Event]:
         now = self._clock.now()
@@ -63,8 +65,7 @@ class Actuator:
                                      weight_version=state.cells[cell].weight_version)]
             case StartTrain(index=index, cells=cells, take=take):
                 self._gateway.claim(index=index, take=take)
-                step_ids = tuple(self._start_member(c, index, members=cells) for c in cells)
-                return [TrainStarted(index=index, cells=cells, take=take, at=now, step_ids=step_ids)]
+                return self._start_training(state, index, cells, take, now)
             case ExtendTrain(cell=cell):
                 assert state.train is not None
                 member = self._start_member(cell, state.train.index, members=state.train.cells + (cell,))
@@ -83,7 +84,7 @@ class Actuator:
         """Reads the world, decides how to answer it (:mod:`gyrectl.coordinator.recovery`), and
         carries that out, in order."""
         now = self._clock.now()
-        seen = read_world(state, cluster=self._cluster, gateway=self._gateway)
+        seen = read_world(state, cluster=self._cluster, gateway=self._gateway, trainers=self._trainers)
         return [event for recovery in recover(state, seen) for event in self._recover(recovery, now)]
 
     def _recover(self, recovery: Recovery, now: float) -> list[Event]:
@@ -124,6 +125,10 @@ class Actuator:
             case EndTraining(index=index, stop=stop):
                 self._stop(stop)  # members still joining when the step completed
                 return [TrainEnded(index=index, at=now)]
+            case ReleaseTrainer(group=group, failed=failed, stop=stop):
+                self._stop(stop)
+                return [*(StepFailed(cell=cell, step_id=step_id, role="train", exit_code=code, at=now)
+                          for cell, step_id, code in failed), TrainerReleased(group=group, at=now)]
             case GiveUp(message=message):
                 raise RuntimeFailure(message)
         raise AssertionError(f"unhandled recovery {recovery!r}")
@@ -132,9 +137,27 @@ class Actuator:
         failed = [StepFailed(cell=cell, step_id=step_id, role="train", exit_code=exit_code, at=now)
                   for cell, step_id, exit_code in retry.failed]
         self._stop(retry.stop)  # the rest of a broken rendezvous
-        step_ids = tuple(self._start_member(c, retry.index, members=retry.cells, attempt=retry.attempt)
+        group = _group_id(retry.index, retry.attempt, now) if retry.resident else ""
+        step_ids = tuple(self._start_member(c, retry.index, members=retry.cells, attempt=retry.attempt, group=group)
                          for c in retry.cells)
-        return failed + [TrainRetried(index=retry.index, at=self._clock.now(), step_ids=step_ids)]
+        return failed + [TrainRetried(index=retry.index, at=self._clock.now(), step_ids=step_ids, group=group)]
+
+    def _start_training(self, state: CoordinatorState, index: int, cells: tuple[int, ...],
+                        take: tuple[tuple[int, int, int], ...], now: float) -> list[Event]:
+        """Step ``index`` on ``cells``: asked of the resident group if it is up on exactly these
+        cells; otherwise that group is stopped and the step's members start (a new group when
+        ``training.resident``)."""
+        trainer, events = state.trainer, []
+        if trainer is not None and set(trainer.cells) == set(cells):
+            self._trainers.request(index=index, group=trainer.group)
+            return [TrainStarted(index=index, cells=trainer.cells, take=take, at=now, step_ids=trainer.step_ids,
+                                 group=trainer.group, reused=True)]
+        if trainer is not None:
+            self._stop(trainer.step_ids)
+            events.append(TrainerReleased(group=trainer.group, at=now))
+        group = _group_id(index, 0, now) if state.limits.resident_trainer else ""
+        step_ids = tuple(self._start_member(c, index, members=cells, group=group) for c in cells)
+        return events + [TrainStarted(index=index, cells=cells, take=take, at=now, step_ids=step_ids, group=group)]
 
     def _stop(self, step_ids: Iterable[str]) -> None:
         for step_id in step_ids:
@@ -162,8 +185,16 @@ class Actuator:
         return PhaseChanged(cell=cell, phase=phase, at=now, step_id=self._cluster.start_step(spec),
                             weight_version=version)
 
-    def _start_member(self, cell: int, index: int, *, members: tuple[int, ...], attempt: int = 0) -> str:
+    def _start_member(self, cell: int, index: int, *, members: tuple[int, ...], attempt: int = 0,
+                      group: str = "") -> str:
         """Cell ``cell``'s member of step ``index``, whose member cells are ``members``."""
         spec = self._steps.train_member(cell=cell, nodes=self.cell_nodes[cell], index=index, members=len(members),
-                                        rendezvous_host=self.cell_nodes[members[0]][0], attempt=attempt)
+                                        rendezvous_host=self.cell_nodes[members[0]][0], attempt=attempt,
+                                        group=group)
         return self._cluster.start_step(spec)
+
+
+def _group_id(index: int, attempt: int, now: float) -> str:
+    """A resident group's id: unique to the head that starts it (the clock), so a member that a
+    crashed head left behind never answers a request of the next one."""
+    return f"step{index}-try{attempt}-at{now:.0f}"

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gyrectl.coordinator.state import CellTable, CoordinatorState, Phase, TrainStep
+from gyrectl.coordinator.state import CellTable, CoordinatorState, Phase, TrainerGroup, TrainStep
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,10 @@ class TrainStarted:
     at: float
     step_ids: tuple[str, ...] = ()
     """The cluster step of each cell's training member, in ``cells`` order."""
+    group: str = ""
+    """The resident trainer group that trains it ("": one-shot members)."""
+    reused: bool = False
+    """The group was up already (it trained the step before on the same cells): no member started."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,17 @@ class TrainRetried:
     index: int
     at: float
     step_ids: tuple[str, ...] = ()
+    group: str = ""
+    """The resident trainer group started for the retry ("": one-shot members)."""
+
+
+@dataclass(frozen=True)
+class TrainerReleased:
+    """The resident trainer group ``group`` is gone: stopped because the next step trains on other
+    cells, or one of its members exited while it waited. The next step starts a new group."""
+
+    group: str
+    at: float
 
 
 @dataclass(frozen=True)
@@ -155,7 +170,8 @@ class WeightsSynced:
 
 
 Event = (Dispatched | Started | Finished | PhaseChanged | TrainStarted | TrainExtended | TrainEnded
-         | StepFailed | TrainRetried | Resumed | CellLost | CellPlaced | SyncStarted | WeightsSynced)
+         | StepFailed | TrainRetried | TrainerReleased | Resumed | CellLost | CellPlaced | SyncStarted
+         | WeightsSynced)
 
 
 def _with_cell(state: CoordinatorState, cell_id: int, **changes: Any) -> CoordinatorState:
@@ -206,10 +222,15 @@ def _train_started(state: CoordinatorState, e: TrainStarted) -> CoordinatorState
     cells = list(state.cells)
     for cell, step_id in zip(e.cells, e.step_ids, strict=False):
         cells[cell] = dataclasses.replace(cells[cell], step_id=step_id)
+    if e.reused:
+        assert state.trainer is not None and (state.trainer.group, state.trainer.cells) == (e.group, e.cells)
+    else:
+        assert not e.group or state.trainer is None, "a new group starts once the last one was released"
+    trainer = TrainerGroup(group=e.group, cells=e.cells, step_ids=e.step_ids) if e.group else state.trainer
     return dataclasses.replace(state, buffer=buffer, cells=CellTable(cells), trained=state.trained + executions,
-                               staleness=tuple(sorted(staleness.items())),
+                               staleness=tuple(sorted(staleness.items())), trainer=trainer,
                                train=TrainStep(index=e.index, cells=e.cells, executions=executions, started_at=e.at,
-                                               take=e.take))
+                                               take=e.take, group=e.group))
 
 
 def _train_extended(state: CoordinatorState, e: TrainExtended) -> CoordinatorState:
@@ -238,19 +259,28 @@ def _train_retried(state: CoordinatorState, e: TrainRetried) -> CoordinatorState
     cells = list(state.cells)
     for cell, step_id in zip(state.train.cells, e.step_ids, strict=True):
         cells[cell] = dataclasses.replace(cells[cell], step_id=step_id)
-    return dataclasses.replace(state, cells=CellTable(cells),
-                               train=dataclasses.replace(state.train, attempt=state.train.attempt + 1))
+    trainer = TrainerGroup(group=e.group, cells=state.train.cells, step_ids=e.step_ids) if e.group else None
+    return dataclasses.replace(state, cells=CellTable(cells), trainer=trainer,
+                               train=dataclasses.replace(state.train, attempt=state.train.attempt + 1, group=e.group))
+
+
+def _trainer_released(state: CoordinatorState, e: TrainerReleased) -> CoordinatorState:
+    assert state.trainer is not None and state.trainer.group == e.group
+    assert state.train is None or state.train.group != e.group, "the group trains the running step"
+    return dataclasses.replace(state, trainer=None)
 
 
 def _resumed(state: CoordinatorState, e: Resumed) -> CoordinatorState:
     # A new allocation: lost nodes are replaced too, and no server of the old one is left to wake.
     cells = CellTable(dataclasses.replace(c, phase=Phase.IDLE, since=e.at, step_id="", syncing=False,
                                           sleeping_server="") for c in state.cells)
-    return _abandon_training(dataclasses.replace(state, cells=cells))
+    return _abandon_training(dataclasses.replace(state, cells=cells, trainer=None))
 
 
 def _cell_lost(state: CoordinatorState, e: CellLost) -> CoordinatorState:
     state = _with_cell(state, e.cell, phase=Phase.LOST, since=e.at, step_id="", syncing=False, sleeping_server="")
+    if state.trainer is not None and e.cell in state.trainer.cells:  # its members were stopped with the cell
+        state = dataclasses.replace(state, trainer=None)
     if state.train is None or e.cell not in state.train.cells:
         return state
     cells = list(state.cells)
@@ -286,7 +316,7 @@ def _weights_synced(state: CoordinatorState, e: WeightsSynced) -> CoordinatorSta
 _APPLY: dict[type, Callable[[CoordinatorState, Any], CoordinatorState]] = {
     Dispatched: _dispatched, Started: _started, Finished: _finished, PhaseChanged: _phase_changed,
     TrainStarted: _train_started, TrainExtended: _train_extended, TrainEnded: _train_ended,
-    StepFailed: _step_failed, TrainRetried: _train_retried, Resumed: _resumed,
+    StepFailed: _step_failed, TrainRetried: _train_retried, TrainerReleased: _trainer_released, Resumed: _resumed,
     CellLost: _cell_lost, CellPlaced: _cell_placed, SyncStarted: _sync_started, WeightsSynced: _weights_synced,
 }
 _BY_NAME = {cls.__name__: cls for cls in _APPLY}

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gyrectl.cluster.base import Cluster, Node, StepState, StepStatus
-from gyrectl.coordinator.ports import RolloutGateway
+from gyrectl.coordinator.ports import ResidentTrainers, RolloutGateway
 from gyrectl.coordinator.state import CoordinatorState, Phase
 
 MOVING = (Phase.STARTING, Phase.RETURNING, Phase.DRAINING)
@@ -39,11 +39,18 @@ class Observation:
     ready: frozenset[int] = frozenset()
     """Starting or returning cells whose server step runs and answers at the gateway."""
     training: tuple[StepStatus, ...] = ()
-    """Every member of the training step, in its cells' order, once the step ended (empty while it
-    runs, or when there is none)."""
+    """Every one-shot member of the training step, in its cells' order, once the step ended (empty
+    while it runs, when there is none, or when a resident group trains it)."""
+    trainer: tuple[StepStatus, ...] = ()
+    """Every member of the resident trainer group, in its cells' order, read every round: one that
+    ended broke the group."""
+    committed: bool = False
+    """The training step a resident group trains has committed its weights (read after ``trainer``,
+    so a member that exited once it committed does not fail the step)."""
 
 
-def read_world(state: CoordinatorState, *, cluster: Cluster, gateway: RolloutGateway) -> Observation:
+def read_world(state: CoordinatorState, *, cluster: Cluster, gateway: RolloutGateway,
+               trainers: ResidentTrainers) -> Observation:
     lost = frozenset(cluster.lost_cells())
     if lost - {cell.id for cell in state.cells.by_phase[Phase.LOST]}:
         # One loss is answered per round (it may end the training step the next one is in), and
@@ -67,14 +74,16 @@ def read_world(state: CoordinatorState, *, cluster: Cluster, gateway: RolloutGat
         if cell.sleeping_server:
             steps[cell.sleeping_server] = cluster.step_status(cell.sleeping_server)
     training = _training(state, cluster)
-    ended = any(status.state.ended for status in (*steps.values(), *training))
+    trainer = tuple(cluster.step_status(step_id) for step_id in state.trainer.step_ids) if state.trainer else ()
+    committed = state.train is not None and bool(state.train.group) and trainers.committed(state.train.index)
+    ended = any(status.state.ended for status in (*steps.values(), *training, *trainer))
     lost_later = frozenset(cluster.lost_cells()) if ended else lost
     return Observation(lost=lost, lost_later=lost_later, granted=granted, steps=steps, sessions=sessions,
-                       ready=frozenset(ready), training=training)
+                       ready=frozenset(ready), training=training, trainer=trainer, committed=committed)
 
 
 def _training(state: CoordinatorState, cluster: Cluster) -> tuple[StepStatus, ...]:
-    if state.train is None:
+    if state.train is None or state.train.group:
         return ()
     members = [state.cells[c].step_id for c in state.train.cells]
     # Members of one rendezvous end together (torchrun fails the whole group if one fails), so

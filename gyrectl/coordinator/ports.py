@@ -2,7 +2,8 @@
 executions and routing, the clock it waits on, and the builder of the steps it starts. Real ones
 talk HTTP and sleep; the simulated ones (:mod:`gyrectl.sim.gateway`) share a virtual clock with
 the simulated cluster. The step builder (:mod:`gyrectl.launch.steps`) knows the engines' command
-lines; the coordinator only asks it for ``StepSpec``s."""
+lines; the coordinator only asks it for ``StepSpec``s. Resident trainer groups are asked for steps
+through the run directory (:mod:`gyrectl.launch.trainers`) or the simulated world."""
 
 from __future__ import annotations
 
@@ -64,8 +65,21 @@ class StepBuilder(Protocol):
         """Where the gateway reaches cell ``cell``'s server on a node at ``address``."""
 
     def train_member(self, *, cell: int, nodes: tuple[str, ...], index: int, members: int, rendezvous_host: str,
-                     attempt: int = 0) -> StepSpec:
-        """Cell ``cell``'s part of training step ``index`` (one of ``members`` member cells)."""
+                     attempt: int = 0, group: str = "") -> StepSpec:
+        """Cell ``cell``'s part of training step ``index`` (one of ``members`` member cells); with a
+        ``group`` id, a resident member that stays up for the steps requested of that group."""
+
+
+class ResidentTrainers(Protocol):
+    """The resident trainer groups' side of the run: asked for a step, they say when it is committed."""
+
+    def request(self, *, index: int, group: str) -> None:
+        """Asks the resident group ``group`` (up, waiting) to train step ``index``; a group other
+        than ``group`` that is still up exits on seeing it."""
+
+    def committed(self, index: int) -> bool:
+        """Whether step ``index``'s weights (version ``index + 1``) are committed: a resident
+        group's step is done (its members stay up, so their exit cannot say it)."""
 
 
 class Clock(Protocol):

@@ -9,6 +9,9 @@
   latest weights while the gateway re-sends its calls elsewhere; a training step that fails is
   started again on the same cells with the same batch (the trainer starts each step over from its
   input weights). Either gives up after a few tries.
+- A resident trainer group's step is done once its weights are committed (its members stay up);
+  a member that exits before that fails the step (retried with a new group), and one that exits
+  while the group waits releases the group (the next step starts a new one).
 - A cell whose nodes the cluster lost (``cells`` layout: a crashed node) leaves the routing, takes
   the training step it was in down with it (the batch goes back to the buffer), and comes back
   idle on the nodes of a replacement job once the cluster grants them.
@@ -105,6 +108,8 @@ class RetryTraining:
     attempt: int
     failed: tuple[tuple[int, str, int | None], ...]
     stop: tuple[str, ...]
+    resident: bool = False
+    """The step is a resident group's: the retry starts a new group."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +121,16 @@ class EndTraining:
 
 
 @dataclass(frozen=True)
+class ReleaseTrainer:
+    """A member of the waiting resident group ``group`` exited: record the ``failed`` members
+    ``(cell, step_id, exit_code)``, stop the rest; the next step starts a new group."""
+
+    group: str
+    failed: tuple[tuple[int, str, int | None], ...]
+    stop: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class GiveUp:
     """A fault happened once too often (or where it cannot be answered): the run fails with ``message``."""
 
@@ -123,7 +138,7 @@ class GiveUp:
 
 
 Recovery = (LoseCell | PlaceCell | StopDrained | SleepDrained | RouteServer | RestartServer | ForgetServer
-            | RetryTraining | EndTraining | GiveUp)
+            | RetryTraining | EndTraining | ReleaseTrainer | GiveUp)
 
 
 def recover(state: CoordinatorState, seen: Observation) -> list[Recovery]:
@@ -133,14 +148,17 @@ def recover(state: CoordinatorState, seen: Observation) -> list[Recovery]:
     if lost:  # one at a time: a loss may end the training step the next one is in
         return [lose_cell(state, min(lost))]
     return [*place_cells(seen), *finish_moves(state, seen), *answer_server_exits(state, seen),
-            *watch_training(state, seen)]
+            *watch_training(state, seen), *watch_trainer(state, seen)]
 
 
 def lose_cell(state: CoordinatorState, cell: int) -> LoseCell:
-    """Nothing the cell ran survives its nodes; a training step it was in stops on every member."""
+    """Nothing the cell ran survives its nodes; a training step it was in stops on every member,
+    and so does a resident trainer group it was in."""
     members = state.train.cells if state.train is not None and cell in state.train.cells else ()
     stop = tuple(step_id for member in sorted({cell, *members}) if (step_id := state.cells[member].step_id))
     stop += (state.cells[cell].sleeping_server,) if state.cells[cell].sleeping_server else ()
+    if state.trainer is not None and cell in state.trainer.cells:
+        stop += tuple(step_id for step_id in state.trainer.step_ids if step_id not in stop)
     return LoseCell(cell=cell, stop=stop, release=state.train.index if state.train is not None and members else None)
 
 
@@ -192,19 +210,38 @@ def answer_server_exits(state: CoordinatorState, seen: Observation) -> list[Reco
 
 
 def watch_training(state: CoordinatorState, seen: Observation) -> list[Recovery]:
-    """An ended training step is retried if a member failed, or ended if one succeeded."""
-    train, statuses = state.train, seen.training
+    """An ended training step is retried if a member failed, or ended if one succeeded. A resident
+    group's step ends when its weights are committed, and fails when a member exits before that."""
+    train = state.train
+    statuses = seen.trainer if train is not None and train.group else seen.training
     if train is None or not statuses or set(train.cells) & seen.lost_later:
         return []  # still running; or a member's nodes are gone: the next round abandons it, no retry on them
+    if train.group and seen.committed:
+        return [EndTraining(index=train.index, stop=())]  # the group stays up for the next step
     running = tuple(status.step_id for status in statuses if not status.state.ended)
-    if any(status.state is StepState.FAILED for status in statuses):
+    broke = StepState.FAILED, *((StepState.SUCCEEDED, StepState.CANCELLED) if train.group else ())
+    if any(status.state in broke for status in statuses):
         if train.attempt + 1 >= MAX_TRAIN_ATTEMPTS:
             return [GiveUp(f"training step {train.index} failed {train.attempt + 1} times; see "
                            f"logs/train-step{train.index}-cell*.log")]
         failed = tuple((cell, status.step_id, status.exit_code)
-                       for cell, status in zip(train.cells, statuses, strict=True) if status.state is StepState.FAILED)
+                       for cell, status in zip(train.cells, statuses, strict=True) if status.state in broke)
         return [RetryTraining(index=train.index, cells=train.cells, attempt=train.attempt + 1, failed=failed,
-                              stop=running)]
-    if not any(status.state is StepState.SUCCEEDED for status in statuses):
-        return []  # every member was stopped, none finished: nothing to answer
+                              stop=running, resident=bool(train.group))]
+    if train.group or not any(status.state is StepState.SUCCEEDED for status in statuses):
+        return []  # running; or every member was stopped, none finished: nothing to answer
     return [EndTraining(index=train.index, stop=running)]
+
+
+def watch_trainer(state: CoordinatorState, seen: Observation) -> list[Recovery]:
+    """A member of a waiting resident group that exited (crashed, killed) breaks the group."""
+    trainer = state.trainer
+    if trainer is None or (state.train is not None and state.train.group == trainer.group):
+        return []  # none, or it trains the running step: watch_training answers for it
+    if set(trainer.cells) & seen.lost_later:
+        return []  # the loss is answered next round, and stops the group
+    ended = [(cell, status) for cell, status in zip(trainer.cells, seen.trainer, strict=True) if status.state.ended]
+    if not ended:
+        return []
+    return [ReleaseTrainer(group=trainer.group, failed=tuple((c, s.step_id, s.exit_code) for c, s in ended),
+                           stop=tuple(s.step_id for s in seen.trainer if not s.state.ended))]

@@ -124,6 +124,8 @@ class Limits:
     """Cells freed during a training step join it (see ``scheduler.grow_running_step``)."""
     sleep_level: int = 0
     """A drained server sleeps at this level instead of stopping (0: it stops; ``rollout.sleep_level``)."""
+    resident_trainer: bool = False
+    """A training group stays up between steps on the same cells (``training.resident``)."""
 
 
 @dataclass(frozen=True)
@@ -138,6 +140,20 @@ class TrainStep:
     """How many times the step was started again after failing (0: the first run)."""
     take: tuple[tuple[int, int, int], ...] = ()
     """The buffered executions it took, ``(batch, version, count)`` (given back if it is abandoned)."""
+    group: str = ""
+    """The resident trainer group that trains it ("": one-shot members, whose exit says it is done)."""
+
+
+@dataclass(frozen=True)
+class TrainerGroup:
+    """A resident training group: one member step per cell, up between steps while its cells
+    serve or sleep, asked to train each next step on the same cells (``training.resident``)."""
+
+    group: str
+    """The id its members answer to (``GYRECTL_TRAINER_GROUP``; requests name it)."""
+    cells: tuple[int, ...]
+    step_ids: tuple[str, ...]
+    """Each cell's member step, in ``cells`` order."""
 
 
 @dataclass(frozen=True)
@@ -161,6 +177,8 @@ class CoordinatorState:
     weights they were dispatched with, ``batch`` their dispatch-order block (seq // batch)."""
     train: TrainStep | None = None
     """The training step in progress, if any."""
+    trainer: TrainerGroup | None = None
+    """The resident training group that is up (training ``train``, or waiting for the next step)."""
     staleness: tuple[tuple[int, int], ...] = ()
     """Histogram ``(versions behind, executions)`` of everything trained so far."""
 
@@ -203,4 +221,5 @@ def limits_from_config(config: Config) -> Limits:
                   min_rollout_cells=config.scheduler.min_rollout_cells,
                   async_train_cells=config.scheduler.async_train_cells, total_executions=total,
                   batch_order=config.simulator.batch_order, grow_running_step=config.scheduler.grow_running_step,
-                  sleep_level=config.rollout.sleep_level)
+                  sleep_level=config.rollout.sleep_level,
+                  resident_trainer=config.training.resident and not config.scheduler.grow_running_step)

@@ -28,6 +28,7 @@ from gyrectl.coordinator.state import CoordinatorState, Phase, limits_from_confi
 from gyrectl.gateway.background import BackgroundGateway
 from gyrectl.gateway.settings import GatewaySettings
 from gyrectl.launch.steps import step_factory
+from gyrectl.launch.trainers import RunDirTrainers
 from gyrectl.rollout.harnesses import HarnessRunner
 from gyrectl.rollout.live import CellServer, LiveRollouts
 from gyrectl.rollout.load import LoadPublisher
@@ -109,7 +110,8 @@ def run_loop(*, run: RunDir, config: Config, cluster: Cluster, nodes: Sequence[N
                             batch_executions=config.training.batch_executions,
                             verifier=verifier, servers=servers, weight_sync=HttpWeightSync(server_key=server_key),
                             server_key=server_key, stopping=stopped)
-    actuator = Actuator(cluster=cluster, gateway=rollouts, clock=rollouts, steps=steps, cell_nodes=cell_nodes)
+    actuator = Actuator(cluster=cluster, gateway=rollouts, clock=rollouts, steps=steps,
+                        trainers=RunDirTrainers(run), cell_nodes=cell_nodes)
     try:
         past = read_events(run.journal_file)
         with Journal(run.journal_file) as journal:

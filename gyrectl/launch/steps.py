@@ -37,24 +37,34 @@ class StepFactory:
                "GYRECTL_WEIGHTS_VERSION": str(version)}
         name = f"rollout-cell{cell}"
         return StepSpec(name=name, nodes=nodes, command=server.command, env=env, cpus_per_node=self.cpus_per_node,
-                        gpus_per_node=self.gpus_per_node, log_path=self.run.logs_dir / f"{name}.log")
+                        gpus_per_node=self.gpus_per_node, overlap=self._overlap,
+                        log_path=self.run.logs_dir / f"{name}.log")
+
+    @property
+    def _overlap(self) -> bool:
+        """A cell's steps share its nodes when a server sleeps beside a training member, or a
+        resident trainer waits beside a server (either may start second)."""
+        return self.config.rollout.sleep_level > 0 or self.config.training.resident
 
     def server_url(self, *, cell: int, address: str) -> str:
         """Where the gateway reaches cell ``cell``'s server on a node at ``address``."""
         return server_url(self.config, cell=cell, address=address)
 
     def train_member(self, *, cell: int, nodes: tuple[str, ...], index: int, members: int, rendezvous_host: str,
-                     attempt: int = 0) -> StepSpec:
+                     attempt: int = 0, group: str = "") -> StepSpec:
         """Cell ``cell``'s part of training step ``index``, one of ``members`` member cells that
         all meet at ``rendezvous_host`` (a node of the step's first cell); ``attempt`` counts the
-        step's runs after a failure (each gets a fresh rendezvous)."""
+        step's runs after a failure (each gets a fresh rendezvous). With a ``group`` id the member
+        is resident (:mod:`gyrectl.train.resident`): it stays up for the steps requested of it."""
         env = {"GYRECTL_ROLE": "train", "GYRECTL_CELL": str(cell), "GYRECTL_TRAIN_STEP": str(index),
                "GYRECTL_BATCH": batch_name(index)}
+        if group:
+            env |= {"GYRECTL_TRAINER_RESIDENT": "1", "GYRECTL_TRAINER_GROUP": group}
         name = f"train-step{index}-cell{cell}"
         command = self._torchrun(index, attempt=attempt, members=members, rendezvous_host=rendezvous_host)
         return StepSpec(name=name, nodes=nodes, command=command, env=env,
                         cpus_per_node=self.cpus_per_node, gpus_per_node=self.gpus_per_node,
-                        overlap=self.config.rollout.sleep_level > 0, log_path=self.run.logs_dir / f"{name}.log")
+                        overlap=self._overlap, log_path=self.run.logs_dir / f"{name}.log")
 
     def _torchrun(self, index: int, *, attempt: int, members: int, rendezvous_host: str) -> tuple[str, ...]:
         """One torchrun agent per member cell (``nodes_per_cell`` nodes each), all joining step

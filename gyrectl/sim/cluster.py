@@ -33,7 +33,8 @@ class SimulatedCluster(Cluster):
         assert len(cells) == 1, "a simulated step runs on exactly one cell"
         return self._world.start_step(SimulatedStep(cell=cells.pop(), role=spec.env["GYRECTL_ROLE"],
                                                     train_index=int(spec.env.get("GYRECTL_TRAIN_STEP", -1)),
-                                                    batch_ref=spec.env.get("GYRECTL_BATCH", "")))
+                                                    batch_ref=spec.env.get("GYRECTL_BATCH", ""),
+                                                    group=spec.env.get("GYRECTL_TRAINER_GROUP", "")))
 
     def stop_step(self, step_id: str, *, grace_s: float = 5.0) -> None:
         self._world.stop_step(step_id)

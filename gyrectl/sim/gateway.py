@@ -1,5 +1,6 @@
-"""The simulated gateway and clock: the coordinator's ``RolloutGateway`` and ``Clock`` over the
-simulated world (executions are virtual; time is the world's virtual clock)."""
+"""The simulated gateway, clock and resident trainers: the coordinator's ``RolloutGateway``,
+``Clock`` and ``ResidentTrainers`` over the simulated world (executions are virtual; time is the
+world's virtual clock)."""
 
 from __future__ import annotations
 
@@ -52,3 +53,14 @@ class SimulatedGateway:
 
     def wait(self) -> None:
         self._world.advance()
+
+
+class SimulatedTrainers:
+    def __init__(self, world: SimulatedWorld):
+        self._world = world
+
+    def request(self, *, index: int, group: str) -> None:
+        self._world.request_training(index=index, group=group)
+
+    def committed(self, index: int) -> bool:
+        return self._world.committed(index)

@@ -20,7 +20,7 @@ from gyrectl.coordinator.state import initial_state, limits_from_config
 from gyrectl.launch.steps import step_factory
 from gyrectl.scheduler import POLICIES
 from gyrectl.sim.cluster import SimulatedCluster
-from gyrectl.sim.gateway import SimulatedGateway
+from gyrectl.sim.gateway import SimulatedGateway, SimulatedTrainers
 from gyrectl.sim.metrics import SimulationResult, lower_bound_s, summarize
 from gyrectl.sim.models import costs_from_config
 from gyrectl.sim.workload import Workload, load_workload
@@ -58,6 +58,7 @@ def simulated_actuator(config: Config, world: SimulatedWorld, gateway: Simulated
     """What a (re)started coordinator builds: its actuator over the running simulated cluster."""
     cluster = SimulatedCluster(world, gpus_per_node=config.cluster.gpus_per_node)
     return Actuator(cluster=cluster, gateway=gateway, clock=gateway, steps=step_factory(config),
+                    trainers=SimulatedTrainers(world),
                     cell_nodes=cells_of(cluster.discover(), config.cells.nodes_per_cell))
 
 

@@ -49,6 +49,8 @@ class SimulatedStep:
     state: StepState = StepState.PENDING
     train_index: int = -1
     batch_ref: str = ""
+    group: str = ""
+    """A resident trainer member's group: it stays running after its step, for the next request."""
 
 
 @dataclass
@@ -97,6 +99,7 @@ class SimulatedWorld:
         self._awake_at = [0.0] * num_cells
         """When each cell's woken server serves again (its wake-up is the train -> rollout switch cost)."""
         self._trains: dict[int, _TrainRun] = {}
+        self._committed: set[int] = set()
         self._full_throughput = costs.execution_speed(costs.slots_per_server) * costs.slots_per_server
 
     # -- the clock ------------------------------------------------------------------------------
@@ -293,9 +296,10 @@ class SimulatedWorld:
         step = self.steps[step_id]
         if step.state.ended:
             return
-        if step.role == "train" and step.state is StepState.RUNNING:
+        run = self._trains.get(step.train_index) if step.role == "train" else None
+        if step.state is StepState.RUNNING and run is not None and step_id in run.member_ids and not run.done:
             self._settle_training(step.train_index)
-            self._trains[step.train_index].members -= 1
+            run.members -= 1
         step.state = StepState.CANCELLED
         if step.role == "rollout":
             self._servers[step.cell].routed = False
@@ -308,7 +312,7 @@ class SimulatedWorld:
             run = self._trains[step.train_index] = _TrainRun(work_cell_s=work, updated_at=self.now)
         run.member_ids.append(step_id)
         if run.done:
-            step.state = StepState.SUCCEEDED
+            step.state = StepState.RUNNING if step.group else StepState.SUCCEEDED
             return
         if run.work_cell_s <= 0:  # joined during the step's fixed overhead: nothing left to share
             return
@@ -343,7 +347,30 @@ class SimulatedWorld:
     def _training_done(self, index: int) -> bool:
         run = self._trains[index]
         run.done = True
+        self._committed.add(index)
         for step_id in run.member_ids:
-            if self.steps[step_id].state is StepState.RUNNING:
-                self.steps[step_id].state = StepState.SUCCEEDED
+            step = self.steps[step_id]
+            if step.state is StepState.RUNNING and not step.group:  # a resident member stays up
+                step.state = StepState.SUCCEEDED
         return True
+
+    # -- resident trainers ------------------------------------------------------------------------
+    def request_training(self, *, index: int, group: str) -> None:
+        """The waiting members of ``group`` train step ``index``: each joins it after its cell's
+        switch cost (no step start, the same switch model as a started member's)."""
+        for step_id, step in self.steps.items():
+            if step.group == group and step.state is StepState.RUNNING:
+                step.train_index, step.batch_ref = index, batch_name(index)
+                delay = self.costs.step_start_s(role="train", last_role=self._last_role[step.cell])
+                self._last_role[step.cell] = "train"
+                self.at(delay, self._rejoin, step_id, index)
+
+    def _rejoin(self, step_id: str, index: int) -> bool:
+        step = self.steps[step_id]
+        if step.state is not StepState.RUNNING or step.train_index != index:
+            return False
+        self._join_training(step_id, step)
+        return True
+
+    def committed(self, index: int) -> bool:
+        return index in self._committed

@@ -1,6 +1,8 @@
 """Warm cells in the whole loop on the local backend: under the colocate policy every cell moves
 both ways every step, and with ``rollout.sleep_level`` 1 (the default) each cell's vLLM server is
-started once for the whole run: it sleeps while its cell trains and wakes when it returns.
+started once for the whole run: it sleeps while its cell trains and wakes when it returns. With
+``training.resident`` (the default) one training group is started for the whole run too: it
+waits while its cells serve and trains every later step on the model and optimizer it holds.
 
 One short run of the embedded default's config (3 steps, smaller batches) serves every assertion.
 """
@@ -12,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gyrectl.coordinator.events import PhaseChanged, StepFailed
+from gyrectl.coordinator.events import PhaseChanged, StepFailed, TrainStarted
 from gyrectl.coordinator.journal import read_events
 from gyrectl.coordinator.state import Phase
 
@@ -46,11 +48,22 @@ def test_every_cell_moves_both_ways_twice_on_one_server(colocated) -> None:
     assert not [e for e in events if isinstance(e, StepFailed)]
 
 
+def test_one_trainer_group_trains_every_step_and_later_steps_reuse_it(colocated) -> None:
+    starts = [e for e in read_events(colocated / "journal.jsonl") if isinstance(e, TrainStarted)]
+    assert [e.reused for e in starts] == [False] + [True] * (STEPS - 1)
+    assert len({e.group for e in starts}) == 1 and len({e.step_ids for e in starts}) == 1
+    lines = [json.loads(line) for line in (colocated / "metrics.jsonl").read_text().splitlines()]
+    by_step = {line["step"]: line for line in lines}
+    assert [by_step[i]["trainer"] for i in range(STEPS)] == ["started"] + ["reused"] * (STEPS - 1)
+    assert [by_step[i]["optimizer_state"] for i in range(1, STEPS)] == ["loaded"] * (STEPS - 1)
+
+
 def test_status_shows_warm_moves_ready_at_once(cli, colocated) -> None:
     result = cli("status", str(colocated), "--json")
     assert result.returncode == 0, result.stderr
     view = json.loads(result.stdout)
     assert (view["job"]["reason"], len(view["steps"])) == ("completed", STEPS)
+    assert [s["trainer"] for s in view["steps"]] == ["started"] + ["reused"] * (STEPS - 1)
     returns = [m for m in view["moves"] if m["to"] == "rollout"]
     assert len(returns) >= 4 and all(m["warm"] and m["ready_s"] is not None for m in returns)
     # (how fast a warm return is, against a cold one, is measured side by side by

@@ -11,6 +11,7 @@ from typing import Any
 
 from gyrectl.coordinator.events import Event
 from gyrectl.coordinator.journal import read_events
+from gyrectl.run.rundir import RunDir
 from gyrectl.store.jsonl import read_records
 
 
@@ -80,3 +81,15 @@ def slurm_steps() -> dict[str, str]:
     its own step id, ``3-rollout-cell0``)."""
     out = subprocess.run(["squeue", "-h", "-s", "-o", "%i|%j"], capture_output=True, text=True, check=False).stdout
     return {name: step for step, _, name in (line.partition("|") for line in out.split()) if name}
+
+
+def reused_step_under_way(run_dir: Path) -> int | None:
+    """The step a resident trainer was asked to train and has not committed yet, or None.
+
+    A reused step of the tiny model lasts two or three seconds, too short to find by polling
+    ``status`` (a second or two per call on a busy machine): a drill that must land mid-step
+    watches for the coordinator's request file instead, which appears as the step begins."""
+    run = RunDir(run_dir)
+    asked = sorted(run.trainer_dir.glob("request-*.json")) if run.trainer_dir.exists() else []
+    index = int(asked[-1].stem.removeprefix("request-")) if asked else None
+    return index if index is not None and not run.weights_dir(index + 1).exists() else None

@@ -3,8 +3,9 @@
 - a vLLM server step is killed under running agent sessions (``scancel JOB.STEP``, which sends
   SIGKILL to its tasks): the coordinator starts a new server on the cell, the gateway re-sends the
   cut calls, the harnesses see no error;
-- a torchrun training step is killed mid-step: the step is run again from its input weights with
-  the same batch; no trajectory is lost or trained twice.
+- the resident torchrun member that trains every step after the first is killed mid-step: the
+  step is run again, by a new training group, from its input weights with the same batch; no
+  trajectory is lost or trained twice.
 
 A driver thread injects the faults from outside, as an operator (or the node's OOM killer) would.
 """
@@ -19,10 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from gyrectl.coordinator.events import PhaseChanged, StepFailed, TrainEnded, TrainRetried
+from gyrectl.coordinator.events import PhaseChanged, StepFailed, TrainEnded, TrainRetried, TrainStarted
 from gyrectl.coordinator.state import Phase
 
-from runs import batches, events, execution_records, launch_loop, slurm_steps, status, wait_until_ended
+from runs import (batches, events, execution_records, launch_loop, reused_step_under_way, slurm_steps, status,
+                  wait_until_ended)
 
 pytestmark = [pytest.mark.usefixtures("slurm_cluster"), pytest.mark.vllm, pytest.mark.loop, pytest.mark.slow]
 STEPS = 4
@@ -35,6 +37,7 @@ class Drills:
     cli: object
     server_killed_at: float = 0.0
     train_killed: list[str] = field(default_factory=list)
+    train_killed_in: int = -1
     log: list[str] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
 
@@ -66,18 +69,22 @@ class Drills:
         self.log.append(f"killed server step {step} ({name})")
 
     def _kill_a_training_step(self) -> None:
+        # Mid-step in the resident member that trains every step after the first: killed as soon
+        # as the coordinator asks it for a step (its request file), while the step is under way.
+        member = None
         while not self.stop.is_set() and not self.train_killed:
-            found = {n: s for n, s in slurm_steps().items() if "-train-step" in n}
-            if not found:
-                time.sleep(0.2)
+            member = member or next(((n, s) for n, s in slurm_steps().items() if "-train-step" in n), None)
+            index = reused_step_under_way(self.run_dir) if member else None
+            if index is None or index == 0:
+                time.sleep(0.02)
                 continue
-            name, step = next(iter(found.items()))
-            time.sleep(1.5)  # into the step: the member is loading the model or training
+            name, step = member
             if subprocess.run(["scancel", step], check=False).returncode == 0:
                 self.train_killed.append(name)
-                self.log.append(f"killed training step {step} ({name})")
-            while not self.stop.is_set() and name in slurm_steps():
-                time.sleep(0.2)
+                self.train_killed_in = index
+                self.log.append(f"killed training step {step} ({name}) in step {index}")
+            else:
+                member = None  # that member had left (its group was replaced): find the current one
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +130,9 @@ def test_a_killed_training_step_is_retried_without_losing_or_reusing_a_trajector
     assert drills.train_killed, drills.log
     journal = events(run_dir)
     retried = [e for e in journal if isinstance(e, TrainRetried)]
-    assert retried, drills.log
+    assert [e.index for e in retried] == [drills.train_killed_in], drills.log
+    killed = next(e for e in journal if isinstance(e, TrainStarted) and e.index == drills.train_killed_in)
+    assert killed.reused, "the member died in a step it trained on the state it held"
     assert [e.index for e in journal if isinstance(e, TrainEnded)] == list(range(STEPS))
     assert any(isinstance(e, StepFailed) and e.role == "train" for e in journal)
     trained = [e for step in batches(run_dir).values() for e in step]

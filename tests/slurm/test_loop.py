@@ -80,6 +80,8 @@ def test_cells_move_both_ways_in_the_journal_and_in_status(finished) -> None:
     phases = [(e.cell, e.phase) for e in events(run_dir) if isinstance(e, PhaseChanged)]
     assert (1, Phase.DRAINING) in phases and (1, Phase.RETURNING) in phases
     assert (0, Phase.DRAINING) not in phases, "cell 0 is the standalone rollout pool (min_rollout_cells: 1)"
+    servers = {e.step_id for e in events(run_dir) if isinstance(e, PhaseChanged) and e.cell == 1 and e.step_id}
+    assert len(servers) == 1, f"cell 1 sleeps and wakes one server step: {servers}"
     moves = view["moves"]
     assert all(set(m) >= {"cell", "from", "to", "at", "duration_s"} for m in moves)
     done = {(m["cell"], m["from"], m["to"]) for m in moves if m["duration_s"] is not None}
@@ -95,8 +97,10 @@ def test_training_ran_as_torchrun_steps_on_the_train_cell(finished) -> None:
     run_dir, view = finished
     started = [e for e in events(run_dir) if isinstance(e, TrainStarted)]
     assert all(e.cells == (1,) for e in started)
-    for e in started:  # srun's own log of the member step, and the trainer's metrics of that step
-        assert (run_dir / "logs" / f"train-step{e.index}-cell1.log").exists()
+    # one resident torchrun member trains every step: it waits beside the woken server (srun --overlap)
+    assert [e.reused for e in started] == [False] + [True] * (CONFIG.run.steps - 1)
+    assert [s["trainer"] for s in view["steps"]] == ["started"] + ["reused"] * (CONFIG.run.steps - 1)
+    assert (run_dir / "logs" / "train-step0-cell1.log").exists()  # srun's own log of the member step
     assert all(s["world_size"] == 1 and s["executions"] == CONFIG.training.batch_executions for s in view["steps"])
 
 

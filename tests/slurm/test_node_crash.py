@@ -23,7 +23,8 @@ import pytest
 from gyrectl.coordinator.events import CellLost, CellPlaced, Finished, PhaseChanged, TrainEnded, TrainStarted
 from gyrectl.coordinator.state import Phase
 
-from runs import batches, events, execution_records, launch_loop, status, wait_for, wait_until_ended
+from runs import (batches, events, execution_records, launch_loop, reused_step_under_way, status, wait_for,
+                  wait_until_ended)
 
 pytestmark = [pytest.mark.usefixtures("slurm_cluster"), pytest.mark.vllm, pytest.mark.loop, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
@@ -134,12 +135,13 @@ def crashed_in_training(cli, tiny_model_dir: Path, tmp_path_factory: pytest.Temp
     blocker, run_dir = _launch_beside_another_users_job(cli, tiny_model_dir, tmp_path_factory.mktemp("runs"),
                                                         "crash-train")
     try:
-        # Into a training step after the first: torchrun is up and the trainer is at work.
-        view = wait_for(lambda: (v := status(cli, run_dir))["steps"] and v["training"]
-                        and time.time() - v["training"]["started_at"] > 4 and v, timeout=600, every=0.5,
-                        what="a training step under way")
-        cell = view["training"]["cells"][0]
+        # Into a training step after the first: the resident member is at work on the state it holds.
+        view = wait_for(lambda: (v := status(cli, run_dir))["steps"] and v, timeout=600, every=0.5,
+                        what="a trained step")
+        cell = next(e for e in events(run_dir) if isinstance(e, TrainStarted)).cells[0]
         victim = view["cells"][cell]["nodes"][0]
+        index = wait_for(lambda: reused_step_under_way(run_dir), timeout=600, every=0.02,
+                         what="a training step under way")
         crashed_at = time.time()
         _crash(victim)
         try:
@@ -150,7 +152,7 @@ def crashed_in_training(cli, tiny_model_dir: Path, tmp_path_factory: pytest.Temp
         final = wait_until_ended(cli, run_dir, timeout=1500)
     finally:
         subprocess.run(["scancel", blocker], check=False)
-    return {"run_dir": run_dir, "cell": cell, "index": view["training"]["index"], "crashed_at": crashed_at,
+    return {"run_dir": run_dir, "cell": cell, "index": index, "crashed_at": crashed_at,
             "final": final}
 
 
@@ -164,6 +166,7 @@ def test_a_training_step_on_a_crashed_node_is_abandoned_and_its_batch_trained_on
     before, after = journal[:journal.index(lost)], journal[journal.index(lost):]
     started = [e for e in before if isinstance(e, TrainStarted)]
     assert started[-1].index == index and cell in started[-1].cells, "the step was running on the lost cell"
+    assert started[-1].reused, "in the resident member, on the state it held"
     assert not any(isinstance(e, TrainEnded) and e.index == index for e in before)
     assert [e.index for e in after if isinstance(e, TrainStarted)][:1] == [index], "the same step, started again"
     assert [e.index for e in journal if isinstance(e, TrainEnded)] == list(range(STEPS))

@@ -57,3 +57,17 @@ def check_invariants(config: Config, events: list[Event]) -> CoordinatorState:
     assert sorted(finished) == list(range(total)) and set(finished.values()) == {1}, "an execution lost or doubled"
     assert state.dispatched == state.finished == state.trained == total and state.buffered == 0
     return state
+
+
+class RecordingTrainers:
+    """A ``ResidentTrainers`` port that records the requests; the steps in ``done`` are committed."""
+
+    def __init__(self, done: tuple[int, ...] = ()):
+        self.requests: list[tuple[int, str]] = []
+        self.done = set(done)
+
+    def request(self, *, index: int, group: str) -> None:
+        self.requests.append((index, group))
+
+    def committed(self, index: int) -> bool:
+        return index in self.done

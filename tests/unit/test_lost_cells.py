@@ -17,6 +17,7 @@ from gyrectl.coordinator.views import moves, placed_cells
 from gyrectl.launch.steps import step_factory
 from gyrectl.run.rundir import RunDir
 from gyrectl.scheduler import elastic
+from coordinator_cases import RecordingTrainers
 
 LIMITS = Limits(num_cells=2, slots_per_cell=4, batch_executions=2, max_staleness=0, min_rollout_cells=1,
                 total_executions=4)
@@ -87,7 +88,7 @@ class Gateway:
 def test_the_actuator_stops_a_lost_cells_training_step_and_places_it_on_granted_nodes(tmp_path: Path) -> None:
     cluster, gateway = LosingCluster(), Gateway()
     actuator = Actuator(cluster=cluster, gateway=gateway, clock=type("C", (), {"now": lambda self: 5.0})(),
-                        steps=step_factory(CONFIG, RunDir(tmp_path)), cell_nodes=[("node2",), ("node3",)])
+                        steps=step_factory(CONFIG, RunDir(tmp_path)), trainers=RecordingTrainers(), cell_nodes=[("node2",), ("node3",)])
     state = _training_state()
     events = actuator.observe(state)
     assert events == [CellLost(cell=1, at=5.0, nodes=("node3",))]

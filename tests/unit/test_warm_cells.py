@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator_cases import check_invariants, small_config, workload
+from coordinator_cases import RecordingTrainers, check_invariants, small_config, workload
 from gyrectl.cluster.base import Cluster, StepSpec, StepState, StepStatus
 from gyrectl.config.loader import parse_config
 from gyrectl.coordinator.actions import MoveCell
@@ -125,7 +125,7 @@ class Gateway:
 def actuator(tmp_path: Path, gateway: Gateway, steps: Steps) -> Actuator:
     config = parse_config({"cluster": {"nodes": 2}})
     return Actuator(cluster=steps, gateway=gateway, clock=type("C", (), {"now": lambda self: 7.0})(),
-                    steps=step_factory(config, RunDir(tmp_path)), cell_nodes=[("n0",), ("n1",)])
+                    steps=step_factory(config, RunDir(tmp_path)), trainers=RecordingTrainers(), cell_nodes=[("n0",), ("n1",)])
 
 
 @pytest.mark.parametrize(("level", "served", "synced"), [(1, 3, False), (1, 2, True), (2, 3, True)])
