@@ -31,6 +31,11 @@ SENSITIVITY = {
     "slots = batch / 2 (batch 512)": ["training.batch_executions=512"],
     "no contention (slowdown 0)": ["simulator.server_slowdown_at_full=0"],
     "training 4x slower (train ~25 % of the work)": ["simulator.train_tokens_per_s_per_gpu=200"],
+    # Every move a cold start, as gyrectl's switches were before warm cells (issue 12's figures): a
+    # server stopped and started, a torchrun group loading the model and saving it every step.
+    "cold switches (no sleep, no resident trainer)": [
+        "simulator.rollout_to_train_s=90", "simulator.train_to_rollout_s=100", "simulator.step_restart_s=60",
+        "simulator.weight_sync_s=30", "simulator.train_step_overhead_s=250"],
 }
 
 
@@ -102,13 +107,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--scale-steps", type=int, default=2)
+    parser.add_argument("--sensitivity-only", action="store_true", help="Only the sensitivity table (seed 0).")
     args = parser.parse_args()
     seeds = list(range(args.seeds))
     started = time.perf_counter()
     header = ["workload", "async best split", "elastic vs colocate", "vs async even", "vs async best",
               "elastic / lower bound", "elastic h", "colocate h", "GPU idle elastic", "GPU idle colocate",
               "max staleness", "timed out % elastic", "timed out % colocate"]
-    for shape, path in SHAPES.items():
+    for shape, path in ({} if args.sensitivity_only else SHAPES).items():
         rows = []
         for workload in PRESETS:
             r = compare(path, workload=workload, seeds=seeds, extra=[])
@@ -124,6 +130,8 @@ def main() -> None:
     print("\n### Sensitivity (32 nodes, heavy-tail, seed 0)\n")
     print(table(["modelling choice", "async best split", "elastic vs colocate", "vs async even", "vs async best",
                  "elastic / lower bound"], rows), flush=True)
+    if args.sensitivity_only:
+        return
     print("\n### Scale\n")
     print(scale(steps=args.scale_steps))
     print(f"\n(benchmark wall time {time.perf_counter() - started:.0f} s)")

@@ -188,9 +188,12 @@ class SimulatorConfig:
     train_step_overhead_s: float = 20.0
     """Fixed wall time of every training step that more cells do not shorten (optimizer, checkpoint)."""
     rollout_to_train_s: float = 8.52
-    """Time from a cell leaving rollout until it trains (stop the server, start the trainer)."""
+    """Time from a cell leaving rollout until it trains: its server goes to sleep (weights to host
+    memory) and the cell's resident trainer onloads its model and optimizer, or a trainer starts
+    (the reference's figure; gyrectl's parts are measured in docs/performance.md)."""
     train_to_rollout_s: float = 3.46
-    """Time from a cell leaving training until its server serves again (warm engine wake-up)."""
+    """Time from a cell leaving training until its server is awake (vLLM's wake from sleep); the
+    newest weights are then loaded (``weight_sync_s``) before it serves."""
     engine_start_s: float = 60.0
     """Cold start of a rollout server (first start of a cell)."""
     weight_sync_s: float = 5.0
