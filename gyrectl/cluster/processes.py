@@ -26,7 +26,10 @@ class ProcessSteps:
         try:
             self._procs[step_id] = subprocess.Popen(
                 list(argv), env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True)  # own group: stop() reaches every child
+                # Its own process group, so stop() reaches every child; not its own session, so the
+                # kernel schedules the whole run as one autogroup (a session per step made an embedded
+                # run ~11 % slower on a 2-core box: docs/performance.md).
+                stdin=subprocess.DEVNULL, process_group=0)
         finally:
             if log is not subprocess.DEVNULL:
                 log.close()

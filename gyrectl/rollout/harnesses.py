@@ -64,7 +64,7 @@ class HarnessRunner:
         stdout_path = self._logs_dir / f"{assignment.execution}.out"
         with open(stdout_path, "wb") as stdout, open(self._logs_dir / f"{assignment.execution}.err", "wb") as stderr:
             process = subprocess.Popen(self._command, cwd=self._cwd, env=env, stdout=stdout, stderr=stderr,
-                                       stdin=subprocess.DEVNULL, start_new_session=True)
+                                       stdin=subprocess.DEVNULL, process_group=0)  # as cluster/processes.py
         now = time.time()
         self._running[assignment.execution] = _Running(assignment, process, stdout_path, now,
                                                        deadline=now + self._time_limit_s)
