@@ -127,15 +127,13 @@ class Actuator:
                 return [TrainEnded(index=index, at=now)]
             case ReleaseTrainer(group=group, failed=failed, stop=stop):
                 self._stop(stop)
-                return [*(StepFailed(cell=cell, step_id=step_id, role="train", exit_code=code, at=now)
-                          for cell, step_id, code in failed), TrainerReleased(group=group, at=now)]
+                return [*_train_failures(failed, now), TrainerReleased(group=group, at=now)]
             case GiveUp(message=message):
                 raise RuntimeFailure(message)
         raise AssertionError(f"unhandled recovery {recovery!r}")
 
     def _retry_training(self, retry: RetryTraining, now: float) -> list[Event]:
-        failed = [StepFailed(cell=cell, step_id=step_id, role="train", exit_code=exit_code, at=now)
-                  for cell, step_id, exit_code in retry.failed]
+        failed = _train_failures(retry.failed, now)
         self._stop(retry.stop)  # the rest of a broken rendezvous
         group = _group_id(retry.index, retry.attempt, now) if retry.resident else ""
         step_ids = tuple(self._start_member(c, retry.index, members=retry.cells, attempt=retry.attempt, group=group)
@@ -192,6 +190,12 @@ class Actuator:
                                         rendezvous_host=self.cell_nodes[members[0]][0], attempt=attempt,
                                         group=group)
         return self._cluster.start_step(spec)
+
+
+def _train_failures(failed: Iterable[tuple[int, str, int | None]], now: float) -> list[Event]:
+    """One ``StepFailed`` per failed training member ``(cell, step_id, exit_code)``."""
+    return [StepFailed(cell=cell, step_id=step_id, role="train", exit_code=exit_code, at=now)
+            for cell, step_id, exit_code in failed]
 
 
 def _group_id(index: int, attempt: int, now: float) -> str:
