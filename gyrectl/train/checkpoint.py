@@ -19,14 +19,14 @@ else it starts fresh from the folder's weights and says so. DCP reshards on load
 size may change between steps. The single-file ``adamw-vN.pt`` of earlier runs is not read: such
 a run's next step starts its optimizer fresh (with that warning), and the file is pruned.
 
-The HF weights folder is still written from a full state dict gathered on rank 0 (the servers
-load it); a sharded export is for later.
+The HF weights folder is written and read shard by shard too: :mod:`gyrectl.train.policy_export`
+(every rank writes the tensors assigned to it, rank 0 the index, then the rename) and
+:mod:`gyrectl.train.policy_load` (every rank reads its rows of each tensor).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -34,17 +34,18 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
-                                                     get_optimizer_state_dict, set_model_state_dict,
-                                                     set_optimizer_state_dict)
+from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_optimizer_state_dict,
+                                                     set_model_state_dict, set_optimizer_state_dict)
 
 from gyrectl.errors import UserError
 from gyrectl.run.rundir import RunDir
+from gyrectl.store.folders import commit_folder
 
 STEP_RECORD = "gyrectl-step.json"
 """The metrics line of the step that produced a version, inside it (re-appended by a retry that
 finds the version but not its line)."""
-_WEIGHT_FILES = (".safetensors", ".bin", ".pt", "model.safetensors.index.json", STEP_RECORD)
+WEIGHT_FILES = (".safetensors", ".bin", ".pt", "model.safetensors.index.json", STEP_RECORD)
+"""What a version folder holds besides its config, tokenizer and generation files."""
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -54,49 +55,6 @@ def require_policy(*, run: RunDir, version: int) -> None:
     if not (folder / "config.json").is_file():
         raise UserError(f"{folder}: no weights version {version} (an HF folder with config.json); "
                         f"step {version} trains from it")
-
-
-def load_policy(*, run: RunDir, version: int, device: torch.device) -> torch.nn.Module:
-    """Weights version ``version`` as float32 master weights, sdpa attention (FlexAttention has
-    no backward on CPU; :mod:`gyrectl.dedup.mask` builds the dense tree mask sdpa takes)."""
-    from transformers import AutoModelForCausalLM
-
-    require_policy(run=run, version=version)
-    model = AutoModelForCausalLM.from_pretrained(run.weights_dir(version), dtype=torch.float32,
-                                                 attn_implementation="sdpa")
-    return model.to(device).train()
-
-
-def full_model_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """Collective: every rank calls it; rank 0 gets the full CPU tensors, others ``{}``."""
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-
-
-def save_policy(*, run: RunDir, version: int, state: dict[str, torch.Tensor], dtype: torch.dtype,
-                step_record: dict[str, Any]) -> Path:
-    """Rank 0: writes version ``version`` (config, generation config and tokenizer files from
-    ``version - 1``) atomically; returns its folder."""
-    from huggingface_hub import save_torch_state_dict
-    from transformers import AutoConfig
-
-    source, final = run.weights_dir(version - 1), run.weights_dir(version)
-    for stale in run.checkpoints_dir.glob(f".{final.name}.tmp-*"):  # an attempt that crashed
-        shutil.rmtree(stale, ignore_errors=True)
-    tmp = run.checkpoints_dir / f".{final.name}.tmp-{os.getpid()}"
-    tmp.mkdir()
-    for item in source.iterdir():
-        if item.is_file() and not item.name.endswith(_WEIGHT_FILES):
-            shutil.copy2(item, tmp / item.name)
-    config = AutoConfig.from_pretrained(source)
-    config.dtype = dtype
-    config.save_pretrained(tmp)
-    # Copies, never views: an untied LM head stays untied (and safetensors refuses shared storage).
-    save_torch_state_dict({k: v.to(dtype).contiguous() for k, v in state.items()}, tmp)
-    (tmp / STEP_RECORD).write_text(json.dumps(step_record, sort_keys=True) + "\n")
-    _fsync_folder(tmp)
-    os.rename(tmp, final)
-    _fsync_folder(run.checkpoints_dir, files=False)
-    return final
 
 
 def read_step_record(*, run: RunDir, version: int) -> dict[str, Any] | None:
@@ -146,9 +104,7 @@ def save_trainer_state(*, run: RunDir, version: int, model: torch.nn.Module, opt
     dcp.save(_sharded_state(model, optimizer, master_weights=master_weights), checkpoint_id=tmp)
     dist.barrier()  # dcp.save returns once the metadata is written; the barrier makes the order plain
     if is_main:
-        _fsync_folder(tmp)
-        os.rename(tmp, final)
-        _fsync_folder(run.optimizer_dir, files=False)
+        commit_folder(tmp, final)
 
 
 def _sharded_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, *,
@@ -169,15 +125,3 @@ def prune_trainer_state(*, run: RunDir, keep: int) -> None:
             shutil.rmtree(old, ignore_errors=True)
     for old in run.optimizer_dir.glob("adamw-v*.pt"):
         old.unlink(missing_ok=True)
-
-
-def _fsync_folder(folder: Path, *, files: bool = True) -> None:
-    if files:
-        for item in folder.iterdir():
-            with open(item, "rb") as f:
-                os.fsync(f.fileno())
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -76,9 +76,9 @@ def sum_over_ranks(values: Sequence[float], *, world: World) -> list[float]:
     return _reduce(values, dist.ReduceOp.SUM, world=world)
 
 
-def max_over_ranks(value: float, *, world: World) -> float:
-    """The largest of one scalar over every rank."""
-    return _reduce([value], dist.ReduceOp.MAX, world=world)[0]
+def max_over_ranks(values: Sequence[float], *, world: World) -> list[float]:
+    """Element-wise largest of a few scalars over every rank."""
+    return _reduce(values, dist.ReduceOp.MAX, world=world)
 
 
 def _reduce(values: Sequence[float], op: dist.ReduceOp.RedOpType, *, world: World) -> list[float]:

@@ -94,7 +94,7 @@ def _train(*, run: RunDir, step: int, config: Config, world: World, trainer: Tra
             onload(trainer.model, trainer.optimizer, device=world.device)
         else:
             origin = "started"
-            trainer = prepare_trainer(run=run, step=step, config=config, world=world)
+            trainer = prepare_trainer(run=run, step=step, config=config, world=world, memory=timer.memory)
     train_step(trainer, run=run, step=step, config=config, timer=timer, origin=origin)
     offload(trainer.model, trainer.optimizer, device=world.device)
     return trainer
@@ -106,7 +106,7 @@ def wait_for_request(*, run: RunDir, index: int, group: str, world: World, poll_
         print(f"resident trainer {group}: waiting for {run.trainer_request_file(index)}", file=sys.stderr)
     while (seen := _look(run=run, index=index, group=group)) is None:
         time.sleep(poll_s)
-    return Verdict(int(max_over_ranks(float(seen), world=world)))
+    return Verdict(int(max_over_ranks([float(seen)], world=world)[0]))
 
 
 def _look(*, run: RunDir, index: int, group: str) -> Verdict | None:

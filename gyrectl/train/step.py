@@ -3,14 +3,14 @@
     0. v(N+1) exists?  -> done already (a retried step is a no-op; re-append its metrics line
                           if a crash lost it)
     1. join the process group (torchrun's, or a group of one)
-    2. prepare the trainer: load vN (float32 master weights), shard it (FSDP2), AdamW with the
-       state step N-1 left -- or, in a resident trainer that just trained step N-1, take the
+    2. prepare the trainer: vN as sharded float32 master weights (FSDP2; each rank reads its
+       own slices of the folder), AdamW with the state step N-1 left -- or, in a resident trainer that just trained step N-1, take the
        model and AdamW it holds in memory (see :mod:`gyrectl.train.resident`)
     3. build the batch: batch file -> calls -> trees -> dedup -> packed micro-batches, advantages
     4. forward/backward over this rank's micro-batches (round-robin), GRPO loss
     5. one AdamW step (gradients summed over ranks by FSDP2's reduce-scatter)
-    6. save the optimizer state (each rank its shards), then v(N+1) (the rename commits the
-       step), then the metrics line
+    6. save the optimizer state (each rank its shards), then v(N+1) (each rank its files; the
+       rename commits the step), then the metrics line
 
 :func:`run_step` is the one-shot step (0-6, then leave the group); :func:`check_step` (0),
 :func:`prepare_trainer` (2) and :func:`train_step` (3-6) are its parts, which the resident
@@ -42,16 +42,21 @@ from gyrectl.run.rundir import RunDir
 from gyrectl.store.jsonl import JsonlAppender, read_records
 from gyrectl.train import checkpoint
 from gyrectl.train.batch import StepBatch, build_step_batch, read_batch_file
-from gyrectl.train.distributed import World, barrier, close_world, init_world, shard_model, sum_over_ranks
+from gyrectl.train.distributed import World, barrier, close_world, init_world, max_over_ranks, sum_over_ranks
 from gyrectl.train.grpo import LossStats, PolicyLoss, policy_loss, token_advantages
+from gyrectl.train.memory import GB, MemoryMeter
+from gyrectl.train.policy_export import export_policy
+from gyrectl.train.policy_load import empty_policy, load_policy
 
 
 @dataclass
 class Timer:
-    """Wall time per phase (the metrics line's ``time_s``)."""
+    """Wall time per phase (the metrics line's ``time_s``), and the memory each part of the step
+    adds (``memory_gb``; spans named apart from the phases: a phase may hold several)."""
 
     start: float = field(default_factory=time.perf_counter)
     phases: dict[str, float] = field(default_factory=dict)
+    memory: MemoryMeter = field(default_factory=MemoryMeter)
 
     @contextmanager
     def __call__(self, phase: str) -> Iterator[None]:
@@ -95,7 +100,7 @@ def run_step(*, run: RunDir, step: int) -> dict | None:
     world = init_world()  # 1.
     try:
         with timer("load"):  # 2.
-            trainer = prepare_trainer(run=run, step=step, config=config, world=world)
+            trainer = prepare_trainer(run=run, step=step, config=config, world=world, memory=timer.memory)
         return train_step(trainer, run=run, step=step, config=config, timer=timer, origin="started")  # 3.-6.
     finally:
         close_world()
@@ -116,16 +121,18 @@ def check_step(*, run: RunDir, step: int) -> Config | None:
     return config
 
 
-def prepare_trainer(*, run: RunDir, step: int, config: Config, world: World) -> Trainer:
-    """Collective: weights v``step`` from its folder, sharded, and AdamW with the state the step
-    before left (a fresh one, with a warning, if there is none for v``step``)."""
+def prepare_trainer(*, run: RunDir, step: int, config: Config, world: World, memory: MemoryMeter) -> Trainer:
+    """Collective: weights v``step`` from its folder, each rank reading its shards, and AdamW with
+    the state the step before left (a fresh one, with a warning, if there is none for v``step``)."""
     dtype = checkpoint.DTYPES[config.model.dtype]
-    model = checkpoint.load_policy(run=run, version=step, device=world.device)
-    model = shard_model(model, world=world, compute_dtype=dtype)
+    model = empty_policy(run=run, version=step)
+    with memory("load_weights"):
+        model = load_policy(model, run=run, version=step, world=world, compute_dtype=dtype)
     # No weight decay: a policy-gradient step should move weights only where the advantages say.
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.training.lr, weight_decay=0.0)
-    loaded = checkpoint.restore_trainer_state(run=run, version=step, model=model, optimizer=optimizer,
-                                              master_weights=dtype != torch.float32)
+    with memory("load_state"):
+        loaded = checkpoint.restore_trainer_state(run=run, version=step, model=model, optimizer=optimizer,
+                                                  master_weights=dtype != torch.float32)
     if not loaded and step > 0 and world.is_main:
         print(f"warning: no optimizer state for v{step} in {run.optimizer_dir}; AdamW starts fresh",
               file=sys.stderr)
@@ -140,11 +147,12 @@ def train_step(trainer: Trainer, *, run: RunDir, step: int, config: Config, time
     world, model, optimizer = trainer.world, trainer.model, trainer.optimizer
     for group in optimizer.param_groups:
         group["lr"] = config.training.lr  # the config's learning rate wins (also over a resident's)
-    with timer("batch"):  # 3.
+    memory = timer.memory
+    with timer("batch"), memory("batch"):  # 3.
         batch = build_step_batch(run=run, config=config, batch=read_batch_file(run=run, step=step))
-    with timer("forward_backward"):  # 4.
+    with timer("forward_backward"), memory("forward_backward"):  # 4.
         result = forward_backward(model=model, batch=batch, world=world, training=config.training)
-    with timer("optimizer"):  # 5.
+    with timer("optimizer"), memory("optimizer"):  # 5.
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     trainer.version = step + 1
@@ -152,15 +160,18 @@ def train_step(trainer: Trainer, *, run: RunDir, step: int, config: Config, time
         # The copy inside v(N+1) is written before the save ends: its save time and duration are 0.
         metrics = _metrics(step=step, batch=batch, result=result, world=world, loaded=trainer.loaded,
                            timer=timer, origin=origin)
-        checkpoint.save_trainer_state(run=run, version=step + 1, model=model, optimizer=optimizer,
-                                      master_weights=trainer.keep_master, is_main=world.is_main)
-        model_state = checkpoint.full_model_state(model)
+        with memory("save_state"):
+            checkpoint.save_trainer_state(run=run, version=step + 1, model=model, optimizer=optimizer,
+                                          master_weights=trainer.keep_master, is_main=world.is_main)
+        with memory("save_weights"):
+            export_policy(run=run, version=step + 1, model=model, dtype=trainer.dtype, step_record=metrics,
+                          world=world)
         if world.is_main:
-            checkpoint.save_policy(run=run, version=step + 1, state=model_state, dtype=trainer.dtype,
-                                   step_record=metrics)
             checkpoint.prune_trainer_state(run=run, keep=step + 1)
     trainer.loaded = True  # the next step (in this process) goes on from this state
+    memory_gb = _memory_gb(memory, world=world)  # collective: every rank's spans
     if world.is_main:
+        metrics.update(memory_gb)
         metrics["time_s"]["save"] = timer.phases["save"]
         metrics["duration_s"] = round(time.perf_counter() - timer.start, 4)
         _append_metrics(run=run, metrics=metrics)
@@ -206,6 +217,15 @@ def _grad_norm(model: torch.nn.Module, *, world: World) -> float:
     a reference gradient)."""
     local = sum(float(_local(p.grad).double().square().sum()) for p in model.parameters() if p.grad is not None)
     return math.sqrt(sum_over_ranks([local], world=world)[0])
+
+
+def _memory_gb(memory: MemoryMeter, *, world: World) -> dict:
+    """``memory_gb`` (span -> the most any rank's memory rose during it) and ``peak_memory_gb``
+    (the highest any rank's memory was), in GB; both empty where memory cannot be read."""
+    spans = sorted(memory.added)
+    tops = max_over_ranks([memory.peak, *(memory.added[s] for s in spans)], world=world)
+    return {"memory_gb": {s: round(v / GB, 4) for s, v in zip(spans, tops[1:])},
+            "peak_memory_gb": round(tops[0] / GB, 4) if spans else None}
 
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:

@@ -81,19 +81,21 @@ def test_live_sync_serves_the_new_weights_without_a_restart(live_server: LiveSer
 
 def test_after_a_training_step_the_live_server_decodes_like_the_saved_weights(
         live_server: LiveServer, tiny_model_dir: Path, tiny_model, tmp_path: Path) -> None:
-    """What the loop does after every step: the trainer writes ``checkpoints/v1`` and the live
-    server reloads it; greedy decoding then equals ``transformers`` on that very folder."""
+    """What the loop does after every step: the trainer (two ranks) writes ``checkpoints/v1`` (two
+    safetensors files and their index) and the live server reloads it; greedy decoding then
+    equals ``transformers`` on that very folder."""
     sys.path[:0] = [str(TESTS / "train"), str(TESTS / "unit")]  # the training tests' run builder
-    from train_run import make_run, record_calls, rollouts, train_step, write_batch
+    from train_run import make_run, record_calls, rollouts, torchrun_step, write_batch
 
     run = make_run(tmp_path, tiny_model_dir=tiny_model_dir,
                    training=TrainingConfig(lr=3e-2, micro_batch_tokens=256))  # a step big enough to show
     batch = rollouts(tiny_model, tasks={"a": ("t", 1.0), "b": ("t", 0.0), "c": ("u", 0.5), "d": ("u", 0.0)}, seed=3)
     record_calls(run, batch)
     write_batch(run, step=0, batch=batch)
-    trained = train_step(run, step=0)
+    trained = torchrun_step(run, step=0)  # two ranks: two files and an index, as a real cell writes
     assert trained.returncode == 0, trained.stderr
     saved = run.weights_dir(1)
+    assert len(list(saved.glob("*.safetensors"))) == 2 and (saved / "model.safetensors.index.json").is_file()
 
     server, sync = live_server, HttpWeightSync(server_key=live_server.key)
     before = server.greedy()
@@ -121,7 +123,8 @@ def test_a_failed_reload_still_resumes_and_a_good_one_repairs(live_server: LiveS
     good_tokens = server.greedy()
     corrupt = server.run.weights_dir(99)
     shutil.copytree(server.run.weights_dir(good_version), corrupt)
-    (corrupt / "model.safetensors").write_bytes(b"not a safetensors file" * 64)
+    for weights in corrupt.glob("*.safetensors"):
+        weights.write_bytes(b"not a safetensors file" * 64)
 
     with pytest.raises(RuntimeFailure, match="failed and the server was resumed") as failure:
         sync.sync(server.url, corrupt, 99)

@@ -11,14 +11,13 @@ import time
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
 from gyrectl.config import dump_config, load_config
 from gyrectl.run.files import write_train_request
 from gyrectl.run.rundir import RunDir
 from gyrectl.store.jsonl import read_records
-from train_run import (make_run, record_calls, resident_log, resident_step, rollouts, torchrun_step, train_step,
-                       write_batch)
+from train_run import (make_run, read_weights, record_calls, resident_log, resident_step, rollouts, torchrun_step,
+                       train_step, write_batch)
 
 STEP0 = {"e0": ("t0", 1.0), "e1": ("t0", 0.0), "e2": ("t1", 0.25), "e3": ("t1", 0.5)}
 STEP1 = {"e10": ("t0", 0.0), "e11": ("t0", 1.0), "e12": ("t2", 0.75), "e13": ("t2", 0.5)}
@@ -87,12 +86,12 @@ def test_a_reused_trainer_gives_the_weights_of_a_fresh_process(tmp_path, tiny_mo
 
     done = torchrun_step(fresh, step=1, nproc=nproc) if nproc else train_step(fresh, step=1)
     assert done.returncode == 0, done.stderr[-4000:]
-    reused, again = (load_file(str(r.weights_dir(2) / "model.safetensors")) for r in (run, fresh))
+    reused, again = (read_weights(r.weights_dir(2)) for r in (run, fresh))
     assert reused.keys() == again.keys()
     for name in reused:
         assert reused[name].dtype == again[name].dtype == getattr(torch, dtype)
         assert float((reused[name].float() - again[name].float()).abs().max()) <= 1e-6, name
-    assert not torch.equal(reused["lm_head.weight"], load_file(str(run.weights_dir(1) / "model.safetensors"))[
+    assert not torch.equal(reused["lm_head.weight"], read_weights(run.weights_dir(1))[
         "lm_head.weight"])
     lines, fresh_line = metrics(run), metrics(fresh)[-1]
     assert [(r["step"], r["trainer"], r["optimizer_state"]) for r in lines] == [

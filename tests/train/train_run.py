@@ -112,11 +112,12 @@ def naive_grpo_loss(model, batch: list[Rollout], advantages: dict[str, float],
                        max_importance_weight=training.max_importance_weight).loss
 
 
-def torchrun_step(run: RunDir, *, step: int, nproc: int = 2, timeout: float = 300) -> subprocess.CompletedProcess:
+def torchrun_step(run: RunDir, *, step: int, nproc: int = 2, timeout: float = 300,
+                  env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """``torchrun --standalone --nproc_per_node=NPROC -m gyrectl.train --run-dir RUN --step N``."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
                "-m", "gyrectl.train", "--run-dir", str(run.path), "--step", str(step)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -140,6 +141,16 @@ def resident_step(run: RunDir, *, step: int, group: str, nproc: int = 0) -> subp
 
 def resident_log(run: RunDir, *, group: str) -> Path:
     return run.logs_dir / f"resident-{group}.log"
+
+
+def read_weights(folder: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of an HF folder, whichever way it is split into ``*.safetensors`` files."""
+    from safetensors.torch import load_file
+
+    out: dict[str, torch.Tensor] = {}
+    for path in sorted(folder.glob("*.safetensors")):
+        out.update(load_file(str(path)))
+    return out
 
 
 def read_trainer_state(run: RunDir, *, version: int, scratch: Path) -> dict:

@@ -1,0 +1,71 @@
+"""Weights version N into the sharded trainer, each rank reading only its own slices.
+
+    config.json          -> the model built on the meta device (no memory for its weights)
+    shard_model          -> FSDP2 over the group, still on the meta device
+    to_empty(device)     -> each rank allocates its own shards, uninitialised
+    DCP + HF reader      -> each rank reads the rows of every tensor it holds from the
+                            ``*.safetensors`` files (any dtype: they are cast into float32)
+    non-persistent       -> recomputed (rotary frequencies), as transformers does after its own
+    buffers                 meta-device load
+
+No rank ever holds the whole model: what one reads is its shard, at any world size, whatever
+the layout of the folder (one file, or sharded files with an index). Attention runs through
+sdpa: FlexAttention has no backward on CPU, and :mod:`gyrectl.dedup.mask` builds the dense tree
+mask sdpa takes.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import HuggingFaceStorageReader
+from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+from gyrectl.errors import UserError
+from gyrectl.run.rundir import RunDir
+from gyrectl.train.checkpoint import require_policy
+from gyrectl.train.distributed import World, shard_model
+
+
+def empty_policy(*, run: RunDir, version: int) -> torch.nn.Module:
+    """The model of weights v``version`` on the meta device: its code and config, no weights
+    (apart so that what loading the weights costs can be measured without the imports)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    require_policy(run=run, version=version)
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(run.weights_dir(version)),
+                                                dtype=torch.float32, attn_implementation="sdpa")
+
+
+def load_policy(model: torch.nn.Module, *, run: RunDir, version: int, world: World,
+                compute_dtype: torch.dtype) -> torch.nn.Module:
+    """Collective: ``model`` (from :func:`empty_policy`) holding weights v``version`` as sharded
+    float32 master weights, in training mode."""
+    folder = run.weights_dir(version)
+    model = shard_model(model, world=world, compute_dtype=compute_dtype)
+    model.to_empty(device=world.device)
+    state = {name: tensor for name, tensor in get_model_state_dict(model).items()
+             if name not in tied_aliases(model)}  # a tied head is read once, as the embedding
+    reader = HuggingFaceStorageReader(str(folder))
+    missing = sorted(set(state) - set(reader.read_metadata().state_dict_metadata))
+    if missing:
+        raise UserError(f"{folder}: the safetensors files lack {len(missing)} of the model's tensors "
+                        f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}); "
+                        f"weights version {version} is incomplete")
+    dcp.load(state, storage_reader=reader)  # in place: the state dict's tensors are the parameters' shards
+    for module in model.modules():
+        if module._non_persistent_buffers_set:  # not in any checkpoint: computed from the config
+            model._init_weights(module)
+    return model.train()
+
+
+def tied_aliases(model: torch.nn.Module) -> set[str]:
+    """Names of parameters that are another, earlier-named parameter (a tied LM head)."""
+    seen: set[int] = set()
+    aliases = set()
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        if id(parameter) in seen:
+            aliases.add(name)
+        seen.add(id(parameter))
+    return aliases
