@@ -14,7 +14,7 @@ import traceback
 import typer
 from rich.markup import escape
 
-from gyrectl.cli import config_cmd, launch_cmd, model_cmd, replay_cmd, simulate, status_cmd
+from gyrectl.cli import config_cmd, launch_cmd, model_cmd, plan_cmd, replay_cmd, simulate, status_cmd
 from gyrectl.cli.render import err
 from gyrectl.errors import EXIT_RUNTIME, GyreError
 
@@ -31,6 +31,7 @@ app = typer.Typer(
 app.command("launch")(launch_cmd.launch)
 app.command("status")(status_cmd.status)
 app.command("stop")(status_cmd.stop)
+app.command("plan")(plan_cmd.plan)
 app.command("simulate")(simulate.simulate_command)
 app.command("replay")(replay_cmd.replay)
 app.add_typer(config_cmd.app, name="config")

@@ -13,20 +13,24 @@ from gyrectl.cli.render import emit_json, out, table
 from gyrectl.config import dump_config, load_config
 from gyrectl.config.loader import field_docs
 from gyrectl.config.schema import Config
+from gyrectl.plan.check import require_fit
 
 app = typer.Typer(help="Check, show and document configs.", no_args_is_help=True)
 
 
 @app.command("check")
 def check(config: ConfigArg, set_: SetOpt = [], json_: JsonOpt = False) -> None:  # noqa: B006
-    """Validate CONFIG: types, unknown keys, cross-field arithmetic (exit 2 if invalid).
+    """Validate CONFIG: types, unknown keys, cross-field arithmetic, and the memory plan where the
+    model's shape is known (exit 2 if invalid or too big for its GPUs; see gyrectl plan).
 
     Example:  gyrectl config check configs/slurm-local.yaml --set cluster.nodes=8
     """
     cfg = load_config(config, set_)
+    memory = require_fit(cfg)
     summary = {"valid": True, "config": str(config), "backend": cfg.cluster.backend,
                "nodes": cfg.cluster.nodes, "cells": cfg.num_cells, "nodes_per_cell": cfg.cells.nodes_per_cell,
-               "gpus": cfg.cluster.nodes * cfg.cluster.gpus_per_node, "policy": cfg.scheduler.policy}
+               "gpus": cfg.cluster.nodes * cfg.cluster.gpus_per_node, "policy": cfg.scheduler.policy,
+               "plan": memory.to_json() if memory else None}
     if json_:
         emit_json(summary)
         return
@@ -34,6 +38,13 @@ def check(config: ConfigArg, set_: SetOpt = [], json_: JsonOpt = False) -> None:
               f"{cfg.cluster.nodes} worker node(s) = "
               f"{cfg.num_cells} cell(s) of {cfg.cells.nodes_per_cell}, {summary['gpus']} GPU(s), "
               f"{cfg.scheduler.policy} scheduling", highlight=False, soft_wrap=True)
+    if memory is None:
+        out.print("memory plan: not made (the model's shape is unknown here: gyrectl plan says why)")
+    else:
+        figures = summary["plan"]
+        out.print(f"memory plan: training rank {figures['train']['per_gpu_gb']} GB per GPU, server replica "
+                  f"{figures['serve']['per_gpu_gb']} GB per GPU, host {figures['host_per_node_gb']} GB per node",
+                  highlight=False, soft_wrap=True)
 
 
 @app.command("show")

@@ -96,6 +96,7 @@ def check_config(config: Config) -> None:
     _at_least("cluster.gpus_per_node", cluster.gpus_per_node, 0)
     _at_least("cluster.cpus_per_node", cluster.cpus_per_node, 1)
     _at_least("cluster.mem_per_node_gb", cluster.mem_per_node_gb, 0)
+    _at_least("cluster.gpu_memory_gb", cluster.gpu_memory_gb, 0)
     _at_least("cluster.head.cpus", cluster.head.cpus, 1)
     _at_least("cluster.head.mem_gb", cluster.head.mem_gb, 0)
     for i, line in enumerate(cluster.extra_sbatch):

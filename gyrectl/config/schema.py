@@ -63,7 +63,11 @@ class ClusterConfig:
     cpus_per_node: int = 2
     """CPUs of each worker node the job asks for."""
     mem_per_node_gb: int = 0
-    """Memory per worker node in GB (0 = the partition's default)."""
+    """Memory per worker node in GB (0 = the partition's default; the memory plan then does not
+    check host memory)."""
+    gpu_memory_gb: float = 0.0
+    """Memory of one GPU in GB (80 for an H100, 141 for an H200), for the memory plan that
+    ``gyrectl plan``, ``config check`` and ``launch`` check; 0 = not known, not checked."""
     head: HeadConfig = field(default_factory=HeadConfig)
     """The CPU component that runs the coordinator."""
     extra_sbatch: tuple[str, ...] = ()
@@ -126,6 +130,15 @@ class RolloutConfig:
     cold-starts on return (an engine start: tens of seconds to minutes). vLLM on CPU accepts the
     sleep call and keeps everything in memory."""
 
+    def engine_arg(self, name: str) -> Any:
+        """The value ``engine_args`` gives vLLM's ``--NAME`` (spelt ``max-model-len``,
+        ``max_model_len`` or ``--max-model-len``), None if not given."""
+        wanted = name.lstrip("-").replace("_", "-")
+        for key, value in self.engine_args.items():
+            if key.lstrip("-").replace("_", "-") == wanted and value is not None:
+                return value
+        return None
+
 
 @dataclass(frozen=True)
 class TrainingConfig:
@@ -136,7 +149,12 @@ class TrainingConfig:
     lr: float = 1e-6
     """AdamW learning rate."""
     micro_batch_tokens: int = 16384
-    """Token budget of one packed micro-batch."""
+    """Token budget of one packed micro-batch (each rank runs whole micro-batches: its activations,
+    logits and attention mask grow with it; ``gyrectl plan`` shows by how much)."""
+    activation_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward pass instead of keeping them:
+    about a third more compute, activations of one layer plus each layer's input instead of every
+    layer's (``gyrectl plan`` shows both)."""
     clip_eps: float = 0.2
     """PPO-style clipping range of the importance ratio."""
     max_importance_weight: float = 2.0

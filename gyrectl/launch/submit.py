@@ -17,6 +17,7 @@ from gyrectl.cluster.backend import backend_for
 from gyrectl.config import dump_config
 from gyrectl.config.schema import Config
 from gyrectl.errors import UserError
+from gyrectl.plan.check import require_fit
 from gyrectl.run.files import read_job, run_config
 from gyrectl.run.rundir import DamagedRunFile, RunDir
 
@@ -32,6 +33,7 @@ class LaunchResult:
 def dry_run_script(config: Config) -> str:
     """The exact script ``launch`` would submit, without creating anything (for the local backend,
     a comment that nothing is)."""
+    require_fit(config)
     run = RunDir.of(config)
     return backend_for(config).dry_run(config, run_dir=run.path, folder=run.submitit_dir, python=sys.executable)
 
@@ -66,6 +68,7 @@ def resume_run(run: RunDir) -> LaunchResult:
 
 def _check_before_submitting(config: Config) -> None:
     check_loop_inputs(config, Path.cwd())
+    require_fit(config)
     backend_for(config).check_before_submitting(config, run_dir=RunDir.of(config).path)
 
 

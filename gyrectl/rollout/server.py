@@ -129,11 +129,7 @@ def server_env(config: Config) -> dict[str, str]:
     env = {"VLLM_SERVER_DEV_MODE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
     if config.cluster.gpus_per_node == 0:
         env |= {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
-        if not _sizes_kv_cache(config.rollout.engine_args):
+        if config.rollout.engine_arg("kv-cache-memory-bytes") is None:
             env["VLLM_CPU_KVCACHE_SPACE"] = str(CPU_KVCACHE_GIB)
     return env
 
-
-def _sizes_kv_cache(engine_args: Mapping[str, Any]) -> bool:
-    names = {key.lstrip("-").replace("_", "-") for key, value in engine_args.items() if value is not None}
-    return "kv-cache-memory-bytes" in names

@@ -9,9 +9,8 @@
     buffers                 meta-device load
 
 No rank ever holds the whole model: what one reads is its shard, at any world size, whatever
-the layout of the folder (one file, or sharded files with an index). Attention runs through
-sdpa: FlexAttention has no backward on CPU, and :mod:`gyrectl.dedup.mask` builds the dense tree
-mask sdpa takes.
+the layout of the folder (one file, or sharded files with an index). Attention: see
+:func:`attention_for`.
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ from gyrectl.train.checkpoint import require_policy
 from gyrectl.train.distributed import World, shard_model
 
 
-def empty_policy(*, run: RunDir, version: int) -> torch.nn.Module:
+def empty_policy(*, run: RunDir, version: int, device: torch.device) -> torch.nn.Module:
     """The model of weights v``version`` on the meta device: its code and config, no weights
     (apart so that what loading the weights costs can be measured without the imports)."""
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -35,14 +34,24 @@ def empty_policy(*, run: RunDir, version: int) -> torch.nn.Module:
     require_policy(run=run, version=version)
     with torch.device("meta"):
         return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(run.weights_dir(version)),
-                                                dtype=torch.float32, attn_implementation="sdpa")
+                                                dtype=torch.float32, attn_implementation=attention_for(device))
 
 
-def load_policy(model: torch.nn.Module, *, run: RunDir, version: int, world: World,
-                compute_dtype: torch.dtype) -> torch.nn.Module:
+def attention_for(device: torch.device) -> str:
+    """FlexAttention on a GPU (the tree mask is a block-sparse ``BlockMask``: O((T/128)^2), not
+    T^2); sdpa with the dense mask on CPU, where FlexAttention has no backward. The mask follows
+    the model's choice (:func:`gyrectl.dedup.mask.tree_mask_for`)."""
+    return "flex_attention" if device.type == "cuda" else "sdpa"
+
+
+def load_policy(model: torch.nn.Module, *, run: RunDir, version: int, world: World, compute_dtype: torch.dtype,
+                activation_checkpointing: bool = False) -> torch.nn.Module:
     """Collective: ``model`` (from :func:`empty_policy`) holding weights v``version`` as sharded
-    float32 master weights, in training mode."""
+    float32 master weights, in training mode; with ``activation_checkpointing`` each decoder
+    layer recomputes its activations in the backward pass."""
     folder = run.weights_dir(version)
+    if activation_checkpointing:  # before sharding: FSDP2's hooks then gather again for the recompute
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model = shard_model(model, world=world, compute_dtype=compute_dtype)
     model.to_empty(device=world.device)
     state = {name: tensor for name, tensor in get_model_state_dict(model).items()

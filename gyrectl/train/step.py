@@ -125,9 +125,10 @@ def prepare_trainer(*, run: RunDir, step: int, config: Config, world: World, mem
     """Collective: weights v``step`` from its folder, each rank reading its shards, and AdamW with
     the state the step before left (a fresh one, with a warning, if there is none for v``step``)."""
     dtype = checkpoint.DTYPES[config.model.dtype]
-    model = empty_policy(run=run, version=step)
+    model = empty_policy(run=run, version=step, device=world.device)
     with memory("load_weights"):
-        model = load_policy(model, run=run, version=step, world=world, compute_dtype=dtype)
+        model = load_policy(model, run=run, version=step, world=world, compute_dtype=dtype,
+                            activation_checkpointing=config.training.activation_checkpointing)
     # No weight decay: a policy-gradient step should move weights only where the advantages say.
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.training.lr, weight_decay=0.0)
     with memory("load_state"):

@@ -15,7 +15,10 @@ import dataclasses
 
 import pytest
 
+from gyrectl.config import load_config
 from gyrectl.model.tiny import TinyModelSpec, build_tiny_model
+from gyrectl.plan.memory import memory_plan
+from gyrectl.plan.shape import model_shape
 from gyrectl.store.jsonl import read_records
 from train_run import TRAINING, make_run, record_calls, rollouts, torchrun_step, write_batch
 
@@ -39,11 +42,11 @@ def two_steps(tmp_path_factory, tiny_model):
         write_batch(run, step=step, batch=batch)
         done = torchrun_step(run, step=step, nproc=RANKS, env=TIGHT_MALLOC)
         assert done.returncode == 0, done.stderr[-4000:]
-    return params, list(read_records(run.metrics_file))
+    return params, list(read_records(run.metrics_file)), memory_plan(load_config(run.config_file), model_shape(str(model_dir)))
 
 
 def test_no_rank_holds_the_full_optimizer_state(two_steps):
-    params, lines = two_steps
+    params, lines, _ = two_steps
     full_state_gb = 2 * 4 * params / 1e9  # AdamW's two float32 moments per parameter
     step1 = lines[1]
     assert step1["optimizer_state"] == "loaded" and step1["world_size"] == RANKS
@@ -55,7 +58,7 @@ def test_no_rank_holds_the_full_optimizer_state(two_steps):
 
 
 def test_no_rank_holds_a_full_float32_copy_of_the_model(two_steps):
-    params, lines = two_steps
+    params, lines, _ = two_steps
     model_gb = 4 * params / 1e9
     for line in lines:
         memory = line["memory_gb"]
@@ -65,3 +68,16 @@ def test_no_rank_holds_a_full_float32_copy_of_the_model(two_steps):
         assert model_gb / RANKS < memory["load_weights"] < model_gb, memory
         assert memory["save_weights"] < model_gb, memory
         assert line["peak_memory_gb"] > max(memory.values())
+
+
+def test_the_memory_plan_bounds_what_forward_and_backward_add(two_steps):
+    """``gyrectl plan``'s formulas against a measurement: what forward and backward add to a rank
+    is its gradient shard, the gathered weights, the activations, logits and mask of a
+    micro-batch -- planned for a full ``micro_batch_tokens`` budget, so an upper bound."""
+    params, lines, plan = two_steps
+    parts = ("gathered_weights", "activations", "logits", "attention_mask")
+    planned_gb = (4 * params / RANKS + sum(plan.train[p] for p in parts)) / 1e9
+    for line in lines:
+        measured = line["memory_gb"]["forward_backward"]
+        print(f"forward_backward: measured {measured} GB, planned {planned_gb:.4f} GB")
+        assert 0.6 * planned_gb < measured <= planned_gb

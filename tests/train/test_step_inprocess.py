@@ -12,7 +12,8 @@ from gyrectl.config import dump_config, load_config
 from gyrectl.errors import UserError
 from gyrectl.store.jsonl import read_records
 from gyrectl.train.step import run_step
-from train_run import make_run, read_trainer_state, read_weights, record_calls, rollouts, train_step, write_batch
+from train_run import (TRAINING, make_run, read_trainer_state, read_weights, record_calls, rollouts, train_step,
+                       write_batch)
 
 
 def test_missing_weights_are_a_user_error(tmp_path, tiny_model_dir):
@@ -97,3 +98,40 @@ def test_a_folder_missing_a_tensor_is_a_user_error_naming_it(tmp_path, tiny_mode
     write_batch(run, step=0, batch=batch)
     with pytest.raises(UserError, match=r"lack 1 of the model's tensors \(model.layers.1.mlp.up_proj.weight\)"):
         run_step(run=run, step=0)
+
+
+def test_activation_checkpointing_gives_the_same_step(tmp_path, tiny_model_dir, tiny_model):
+    """Recomputing each layer's activations in the backward pass changes memory, not the step."""
+    lines, weights = [], []
+    for checkpointing in (False, True):
+        run = make_run(tmp_path / str(checkpointing), tiny_model_dir=tiny_model_dir,
+                       training=dataclasses.replace(TRAINING, activation_checkpointing=checkpointing))
+        batch = rollouts(tiny_model, tasks={"a": ("t", 1.0), "b": ("t", 0.0), "c": ("u", 0.5)}, seed=4)
+        record_calls(run, batch)
+        write_batch(run, step=0, batch=batch)
+        lines.append(run_step(run=run, step=0))
+        weights.append(read_weights(run.weights_dir(1)))
+    plain, recomputed = weights
+    assert max(float((recomputed[k] - plain[k]).abs().max()) for k in plain) <= 1e-6
+    assert lines[0]["grad_norm"] == pytest.approx(lines[1]["grad_norm"], rel=1e-6)
+    assert lines[0]["loss"] == pytest.approx(lines[1]["loss"], rel=1e-6)
+
+
+def test_with_activation_checkpointing_each_layer_runs_again_in_the_backward_pass(tmp_path, tiny_model_dir):
+    from gyrectl.train.distributed import close_world, init_world
+    from gyrectl.train.policy_load import empty_policy, load_policy
+
+    run = make_run(tmp_path, tiny_model_dir=tiny_model_dir)
+    world = init_world()
+    try:
+        runs = []
+        for checkpointing in (False, True):
+            model = load_policy(empty_policy(run=run, version=0, device=world.device), run=run, version=0,
+                                world=world, compute_dtype=torch.float32, activation_checkpointing=checkpointing)
+            calls = []  # a pre-hook: a recompute stops as soon as it has what the backward needs
+            model.model.layers[0].mlp.register_forward_pre_hook(lambda *_: calls.append(1))
+            model(input_ids=torch.arange(16)[None], use_cache=False).logits.sum().backward()
+            runs.append(len(calls))
+        assert runs == [1, 2]
+    finally:
+        close_world()

@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 
 COMMANDS = [[], ["launch"], ["status"], ["stop"], ["config"], ["config", "check"], ["config", "show"],
-            ["config", "docs"], ["model"], ["model", "tiny"], ["replay"], ["simulate"]]
+            ["config", "docs"], ["model"], ["model", "tiny"], ["plan"], ["replay"], ["simulate"]]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "gyrectl")
 def test_every_command_has_help_with_an_example(cli, command: list[str]) -> None:
     result = cli(*command, "--help")
     assert result.returncode == 0, result.stderr
-    leaf = len(command) >= 2 or command in (["launch"], ["status"], ["stop"], ["replay"], ["simulate"])
+    leaf = len(command) >= 2 or command in (["launch"], ["status"], ["stop"], ["plan"], ["replay"], ["simulate"])
     if leaf:
         assert "Example" in result.stdout
 
