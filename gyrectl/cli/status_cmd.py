@@ -111,9 +111,11 @@ def render(view: RunView) -> Group:
         parts.append(_cells_table(view))
     if view.servers and view.job.state == "running":
         parts.append(table(f"rollout servers at {_clock(view.servers_at or 0)}",
-                           ["server", "state", "gateway calls", "engine running", "engine waiting", "weights"],
-                           [(s.name, s.state, s.gateway_calls, _count(s.running), _count(s.waiting),
-                             "" if s.weight_version is None else f"v{s.weight_version}") for s in view.servers]))
+                           ["server", "node", "state", "gateway calls", "calls so far", "engine running",
+                            "engine waiting", "weights"],
+                           [(s.name, s.node or "", s.state, s.gateway_calls, _count(s.calls), _count(s.running),
+                             _count(s.waiting), "" if s.weight_version is None else f"v{s.weight_version}")
+                            for s in view.servers]))
     if view.moves:
         parts.append(table("recent moves", ["cell", "from", "to", "at", "seconds"],
                            [(m.cell, m.from_role, m.to, _clock(m.at),

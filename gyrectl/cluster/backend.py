@@ -123,12 +123,17 @@ class Backend(abc.ABC):
         """Arguments that make a server listen where the gateway reaches it, when fixed ahead."""
 
     @abc.abstractmethod
-    def bind(self, command: tuple[str, ...], *, python: str) -> tuple[str, ...]:
-        """``command`` as run on each node of a step, bound to that node's address if needed."""
+    def bind(self, command: tuple[str, ...], *, python: str, slot_gpus: int = 0, nodes_per_engine: int = 1,
+             cell_nodes: tuple[str, ...] = (), master_port: int = 0) -> tuple[str, ...]:
+        """A server ``command`` as each task of its step runs it: bound to its node's address if
+        needed; with ``slot_gpus``, one replica per task on a node, each on its own GPU group of
+        that size and its own port; with ``nodes_per_engine`` > 1, each node of ``cell_nodes``
+        one rank of an engine spanning that many nodes (whose ranks meet on ``master_port``)."""
 
     @abc.abstractmethod
-    def server_port(self, base: int, *, cell: int) -> int:
-        """The port cell ``cell``'s server listens on (``rollout.server_port`` = ``base``)."""
+    def server_port(self, base: int, *, cell: int, slot: int = 0) -> int:
+        """The port of cell ``cell``'s server in GPU group ``slot`` of its node
+        (``rollout.server_port`` = ``base``)."""
 
     @abc.abstractmethod
     def rendezvous_host(self, first_node_host: str) -> str:

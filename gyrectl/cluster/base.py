@@ -41,13 +41,16 @@ class StepSpec:
     name: str
     """Human-readable step name (``rollout-cell0``, ``train-step3``); also the Slurm step name."""
     nodes: tuple[str, ...]
-    """Node names the step runs on (one task per node)."""
+    """Node names the step runs on (``tasks_per_node`` tasks on each)."""
     command: tuple[str, ...]
     """argv of each task."""
     env: Mapping[str, str] = field(default_factory=dict)
     """Extra environment for the tasks."""
     cpus_per_node: int = 1
-    """CPUs the step takes on each node (Slurm: ``--exact -c``)."""
+    """CPUs the step takes on each node (Slurm: ``--exact``, shared by its tasks there)."""
+    tasks_per_node: int = 1
+    """Tasks on each node: one per replica when a node serves several (Slurm; the local backend
+    runs one process per step)."""
     gpus_per_node: int = 0
     """GPUs the step takes on each node."""
     overlap: bool = False

@@ -7,7 +7,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from gyrectl.cluster.base import StepState, StepStatus
@@ -20,12 +20,15 @@ class ProcessSteps:
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._cancelled: set[str] = set()
 
-    def start(self, step_id: str, argv: Sequence[str], *, env: Mapping[str, str], log_path: Path | None) -> None:
+    def start(self, step_id: str, argv: Sequence[str], *, env: Mapping[str, str], log_path: Path | None,
+              unset: Callable[[str], bool] = lambda name: False) -> None:
+        """Starts ``argv`` with this process's environment, less the variables ``unset`` names, plus ``env``."""
         assert step_id not in self._procs, f"step {step_id} already started"
         log = open(log_path, "ab") if log_path else subprocess.DEVNULL
+        inherited = {name: value for name, value in os.environ.items() if not unset(name)}
         try:
             self._procs[step_id] = subprocess.Popen(
-                list(argv), env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT,
+                list(argv), env={**inherited, **env}, stdout=log, stderr=subprocess.STDOUT,
                 # Its own process group, so stop() reaches every child; not its own session, so the
                 # kernel schedules the whole run as one autogroup (a session per step made an embedded
                 # run ~11 % slower on a 2-core box: docs/performance.md).

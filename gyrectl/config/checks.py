@@ -120,6 +120,11 @@ def check_config(config: Config) -> None:
                 f"cells.nodes_per_cell={cells.nodes_per_cell} with {cluster.gpus_per_node} GPUs/node "
                 f"({cell_gpus} GPUs per cell) cannot host model.tensor_parallel={model.tensor_parallel} x "
                 f"model.pipeline_parallel={model.pipeline_parallel} = {server_gpus} GPUs"))
+        if server_gpus > cluster.gpus_per_node and server_gpus % cluster.gpus_per_node:
+            raise ConfigError("model.tensor_parallel", (
+                f"tensor_parallel x pipeline_parallel = {server_gpus} GPUs is more than a node's "
+                f"{cluster.gpus_per_node} but not a whole number of nodes ({server_gpus} % {cluster.gpus_per_node} = "
+                f"{server_gpus % cluster.gpus_per_node}): an engine spans whole nodes"))
         if cell_gpus % server_gpus:
             raise ConfigError("model.tensor_parallel", (
                 f"a cell's {cell_gpus} GPUs ({cells.nodes_per_cell} nodes x {cluster.gpus_per_node}) are not a "

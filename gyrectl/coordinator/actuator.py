@@ -97,7 +97,7 @@ class Actuator:
                 return [CellLost(cell=cell, at=now, nodes=self.cell_nodes[cell])]
             case PlaceCell(cell=cell, nodes=nodes):
                 self.cell_nodes[cell] = tuple(node.name for node in nodes)
-                self._gateway.place(cell, self._steps.server_url(cell=cell, address=nodes[0].address))
+                self._gateway.place(cell, nodes)
                 return [CellPlaced(cell=cell, nodes=self.cell_nodes[cell], at=now)]
             case StopDrained(cell=cell, step_id=step_id):
                 self._cluster.stop_step(step_id, grace_s=0.0)

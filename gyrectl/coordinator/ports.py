@@ -7,9 +7,10 @@ through the run directory (:mod:`gyrectl.launch.trainers`) or the simulated worl
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
-from gyrectl.cluster.base import StepSpec
+from gyrectl.cluster.base import Node, StepSpec
 from gyrectl.coordinator.events import Event
 
 
@@ -50,8 +51,8 @@ class RolloutGateway(Protocol):
         """Gives back what ``claim`` reserved for step ``index`` (the step was abandoned when a
         cell in it was lost); the step's next claim may take the same executions again."""
 
-    def place(self, cell: int, url: str) -> None:
-        """The cell's server is now reached at ``url`` (a lost cell placed on new nodes)."""
+    def place(self, cell: int, nodes: Sequence[Node]) -> None:
+        """The cell's servers now run on ``nodes`` (a lost cell placed on new nodes)."""
 
     def poll(self) -> list[Event]:
         """``Started``, ``Finished`` and ``WeightsSynced`` events since the last poll."""
@@ -60,9 +61,6 @@ class RolloutGateway(Protocol):
 class StepBuilder(Protocol):
     def rollout(self, *, cell: int, nodes: tuple[str, ...], version: int) -> StepSpec:
         """Cell ``cell``'s rollout server on ``nodes``, serving weights ``version``."""
-
-    def server_url(self, *, cell: int, address: str) -> str:
-        """Where the gateway reaches cell ``cell``'s server on a node at ``address``."""
 
     def train_member(self, *, cell: int, nodes: tuple[str, ...], index: int, members: int, rendezvous_host: str,
                      attempt: int = 0, group: str = "") -> StepSpec:

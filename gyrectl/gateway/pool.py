@@ -52,6 +52,7 @@ class _Server:
     weight_version: int | None
     leases: set[Lease] = field(default_factory=set)
     grace_timer: asyncio.TimerHandle | None = None
+    calls: int = 0
 
 
 class ServerPool:
@@ -98,7 +99,7 @@ class ServerPool:
         return any(s.state is ServerState.ACTIVE for s in self._servers.values())
 
     def views(self) -> list[ServerView]:
-        return [ServerView(name, s.url, s.state, len(s.leases), s.weight_version)
+        return [ServerView(name, s.url, s.state, len(s.leases), s.weight_version, s.calls)
                 for name, s in self._servers.items()]
 
     # -- the calls' side -------------------------------------------------------------------
@@ -117,6 +118,7 @@ class ServerPool:
                 server = self._servers[name]
                 lease = Lease(name, server.url, server.weight_version, movable=movable)
                 server.leases.add(lease)
+                server.calls += 1
                 self._sticky[execution] = name
                 return lease
             remaining = deadline - asyncio.get_running_loop().time()

@@ -22,6 +22,8 @@ class ServerView:
     state: ServerState
     num_inflight: int
     weight_version: int | None = None
+    calls: int = 0
+    """Calls it has taken since it joined the pool."""
 
 
 def choose_server(servers: Sequence[ServerView], *, sticky: str | None, sticky_slack: int = 4,

@@ -30,7 +30,7 @@ from gyrectl.gateway.settings import GatewaySettings
 from gyrectl.launch.steps import step_factory
 from gyrectl.launch.trainers import RunDirTrainers
 from gyrectl.rollout.harnesses import HarnessRunner
-from gyrectl.rollout.live import CellServer, LiveRollouts
+from gyrectl.rollout.live import LiveRollouts
 from gyrectl.rollout.load import LoadPublisher
 from gyrectl.rollout.resume import carry_over
 from gyrectl.rollout.reward import load_verifier
@@ -95,11 +95,10 @@ def run_loop(*, run: RunDir, config: Config, cluster: Cluster, nodes: Sequence[N
     settings = GatewaySettings(token=token, admin_token=run.admin_token(), server_key=server_key,
                                models=(served,), server_wait_s=config.rollout.execution_time_limit_s)
     gateway = BackgroundGateway(settings, sink=writer)
-    load = LoadPublisher(run, gateway)
     steps = step_factory(config, run=run)
     cell_nodes = cells_of(nodes, config.cells.nodes_per_cell)
-    address = {node.name: node.address for node in nodes}
-    servers = [CellServer(name=f"cell{cell}", url=steps.server_url(cell=cell, address=address[names[0]]))
+    node_of = {node.name: node for node in nodes}
+    servers = [steps.replicas(cell=cell, nodes=[node_of[name] for name in names])
                for cell, names in enumerate(cell_nodes)]
     harnesses = HarnessRunner(command=_harness_argv(config.rollout.harness_command, launch_dir), cwd=launch_dir,
                               env={"OPENAI_API_KEY": token, "OPENAI_MODEL": served},
@@ -108,8 +107,11 @@ def run_loop(*, run: RunDir, config: Config, cluster: Cluster, nodes: Sequence[N
                             tasks=tasks,
                             executions_per_task=config.rollout.executions_per_task,
                             batch_executions=config.training.batch_executions,
-                            verifier=verifier, servers=servers, weight_sync=HttpWeightSync(server_key=server_key),
+                            verifier=verifier, servers=servers,
+                            replicas_of=lambda cell, placed: steps.replicas(cell=cell, nodes=placed),
+                            weight_sync=HttpWeightSync(server_key=server_key),
                             server_key=server_key, stopping=stopped)
+    load = LoadPublisher(run, gateway, replica_of=rollouts.replica_of)
     actuator = Actuator(cluster=cluster, gateway=rollouts, clock=rollouts, steps=steps,
                         trainers=RunDirTrainers(run), cell_nodes=cell_nodes)
     try:

@@ -39,8 +39,9 @@ class NodeRow(_FileRow):
 
 @dataclass(frozen=True)
 class ServerRow(_FileRow):
-    """A rollout server in ``servers.json``; ``running``/``waiting`` are the engine's queues
-    (None while its metrics cannot be read)."""
+    """A rollout server replica in ``servers.json``; ``running``/``waiting`` are the engine's
+    queues (None while its metrics cannot be read); ``cell`` and ``node`` say where it runs, and
+    ``calls`` how many calls it has taken (None in files of heads from before replicas)."""
 
     name: str
     state: str
@@ -48,12 +49,16 @@ class ServerRow(_FileRow):
     running: int | None
     waiting: int | None
     weight_version: int | None
+    cell: int | None = None
+    node: str | None = None
+    calls: int | None = None
 
     @classmethod
     def of(cls, record: dict[str, Any]) -> ServerRow:
         return cls(name=record["name"], state=record["state"], gateway_calls=record["gateway_calls"],
                    running=record.get("running"), waiting=record.get("waiting"),
-                   weight_version=record.get("weight_version"), record=record)
+                   weight_version=record.get("weight_version"), cell=record.get("cell"), node=record.get("node"),
+                   calls=record.get("calls"), record=record)
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,15 @@ torchrun + ``gyrectl.train``); the coordinator never imports it, launch and the 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gyrectl.cluster.backend import backend_for
-from gyrectl.cluster.base import StepSpec
+from gyrectl.cluster.base import Node, StepSpec
 from gyrectl.config.schema import Config
 from gyrectl.coordinator.ports import batch_name
 from gyrectl.coordinator.recovery import MAX_TRAIN_ATTEMPTS
+from gyrectl.rollout.replicas import CellServer, cell_replicas, replicas_per_node
 from gyrectl.rollout.server import rollout_server, server_url
 from gyrectl.run.rundir import RunDir
 
@@ -31,13 +33,16 @@ class StepFactory:
     """The key every server is locked with (``RunDir.server_key``; empty in the simulator)."""
 
     def rollout(self, *, cell: int, nodes: tuple[str, ...], version: int) -> StepSpec:
+        """Cell ``cell``'s server step: every replica of the cell (:mod:`gyrectl.rollout.replicas`),
+        one task each, or one task per node of a multi-node engine."""
         server = rollout_server(self.config, cell=cell, weights_dir=self.run.weights_dir(version),
-                                server_key=self.server_key)
+                                server_key=self.server_key, nodes=nodes)
         env = {**server.env, "GYRECTL_ROLE": "rollout", "GYRECTL_CELL": str(cell),
                "GYRECTL_WEIGHTS_VERSION": str(version)}
         name = f"rollout-cell{cell}"
         return StepSpec(name=name, nodes=nodes, command=server.command, env=env, cpus_per_node=self.cpus_per_node,
                         gpus_per_node=self.gpus_per_node, overlap=self._overlap,
+                        tasks_per_node=max(replicas_per_node(self.config), 1),
                         log_path=self.run.logs_dir / f"{name}.log")
 
     @property
@@ -46,9 +51,12 @@ class StepFactory:
         resident trainer waits beside a server (either may start second)."""
         return self.config.rollout.sleep_level > 0 or self.config.training.resident
 
-    def server_url(self, *, cell: int, address: str) -> str:
-        """Where the gateway reaches cell ``cell``'s server on a node at ``address``."""
-        return server_url(self.config, cell=cell, address=address)
+    def replicas(self, *, cell: int, nodes: Sequence[Node]) -> tuple[CellServer, ...]:
+        """Cell ``cell``'s server replicas on ``nodes``, each with the URL the gateway reaches it at."""
+        address = {node.name: node.address for node in nodes}
+        return tuple(CellServer(name=r.name, url=server_url(self.config, cell=cell, address=address[r.node],
+                                                            slot=r.slot), node=r.node)
+                     for r in cell_replicas(self.config, cell=cell, nodes=tuple(node.name for node in nodes)))
 
     def train_member(self, *, cell: int, nodes: tuple[str, ...], index: int, members: int, rendezvous_host: str,
                      attempt: int = 0, group: str = "") -> StepSpec:

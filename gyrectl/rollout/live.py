@@ -5,9 +5,10 @@ cells' vLLM steps, and time is the wall clock.
 ::
 
     dispatch(count) ──> harness processes (one per execution, OPENAI_BASE_URL = its gateway URL)
-    route(cell)     ──> gateway pool: add / drain the cell's server
-    sleep / wake    ──> the cell's drained server sleeps while the cell trains, wakes to return
-    sync_weights    ──> background thread: live reload of checkpoints/vN into the cell's server
+    route(cell)     ──> gateway pool: add / drain each of the cell's server replicas
+    sleep / wake    ──> the cell's drained replicas sleep while the cell trains, wake to return
+    sync_weights    ──> background thread: live reload of checkpoints/vN into each replica
+    place(cell)     ──> the cell's replicas on its new nodes (a lost cell placed again)
     poll()          <── harness exits (scored by the verifier, logged to executions.jsonl)
                         and finished reloads, as Started / Finished / WeightsSynced events
     claim(step)     ──> batches/step-N.json: the executions training step N consumes
@@ -22,14 +23,17 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from gyrectl.coordinator.events import Event, Finished, Started, WeightsSynced
 from gyrectl.errors import RuntimeFailure
 from gyrectl.gateway.background import BackgroundGateway
+from gyrectl.cluster.base import Node
 from gyrectl.rollout.harnesses import HarnessExit, HarnessRunner
 from gyrectl.rollout.http import ServerCallError, get
+from gyrectl.rollout.replicas import CellServer
 from gyrectl.rollout.resume import CarriedOver
 from gyrectl.rollout.reward import Verifier, score_execution
 from gyrectl.rollout.sleep import sleep_server, wake_server
@@ -37,13 +41,6 @@ from gyrectl.rollout.sync import WeightSync
 from gyrectl.rollout.tasks import assign
 from gyrectl.run.rundir import RunDir
 from gyrectl.store.jsonl import JsonlAppender
-
-
-@dataclass(frozen=True)
-class CellServer:
-    name: str
-    """The server's name in the gateway pool (``cell3``)."""
-    url: str
 
 
 @dataclass(frozen=True)
@@ -58,12 +55,16 @@ class _Done:
 class LiveRollouts:
     def __init__(self, *, run: RunDir, gateway: BackgroundGateway, harnesses: HarnessRunner,
                  tasks: list[dict[str, Any]], executions_per_task: int, batch_executions: int,
-                 verifier: Verifier, servers: Sequence[CellServer],
+                 verifier: Verifier, servers: Sequence[Sequence[CellServer]],
+                 replicas_of: Callable[[int, Sequence[Node]], Sequence[CellServer]],
                  weight_sync: WeightSync, server_key: str = "", poll_s: float = 0.25,
                  stopping: Callable[[], bool] = lambda: False):
+        """``servers``: each cell's replicas; ``replicas_of(cell, nodes)``: a cell's replicas on
+        other nodes (after ``place``)."""
         self._run, self._gateway, self._harnesses = run, gateway, harnesses
         self._tasks, self._per_task, self._batch = tasks, executions_per_task, batch_executions
-        self._verifier, self._servers, self._weight_sync = verifier, list(servers), weight_sync
+        self._verifier, self._weight_sync = verifier, weight_sync
+        self._servers, self._replicas_of = [tuple(cell) for cell in servers], replicas_of
         self._next_seq, self._poll_s, self._server_key = 0, poll_s, server_key
         self._stopping = stopping
         self._version_of: dict[int, int] = {}
@@ -97,28 +98,36 @@ class LiveRollouts:
         self._emit(Started(count=count, at=time.time()))
 
     def ready(self, cell: int) -> bool:
-        try:
-            get(self._servers[cell].url + "/health", timeout_s=1.0)
-        except ServerCallError:  # not listening yet, or still loading the weights
-            return False
-        return True
+        """Every replica of the cell answers (a multi-node engine answers once all its ranks joined)."""
+        return all(self._healthy(server) for server in self._servers[cell])
 
     def route(self, cell: int, *, routed: bool, weight_version: int = 0) -> None:
-        server, pool = self._servers[cell], self._gateway.gateway.pool
-        if routed:
-            self._gateway.call(pool.add, server.name, server.url, weight_version=weight_version)
-        elif any(view.name == server.name for view in self._gateway.servers()):
-            self._gateway.call(pool.drain, server.name)
+        pool, known = self._gateway.gateway.pool, {view.name for view in self._gateway.servers()}
+        for server in self._servers[cell]:
+            if routed:
+                self._gateway.call(pool.add, server.name, server.url, weight_version=weight_version)
+            elif server.name in known:
+                self._gateway.call(pool.drain, server.name)
 
     def sleep(self, cell: int, *, level: int) -> None:
-        sleep_server(self._servers[cell].url, level=level, key=self._server_key)
+        for server in self._servers[cell]:
+            sleep_server(server.url, level=level, key=self._server_key)
 
     def wake(self, cell: int) -> None:
-        wake_server(self._servers[cell].url, key=self._server_key)
+        for server in self._servers[cell]:
+            wake_server(server.url, key=self._server_key)
 
     def sessions(self, cell: int) -> int:
-        name = self._servers[cell].name
-        return sum(view.num_inflight for view in self._gateway.servers() if view.name == name)
+        names = {server.name for server in self._servers[cell]}
+        return sum(view.num_inflight for view in self._gateway.servers() if view.name in names)
+
+    def replica_of(self, name: str) -> tuple[int, CellServer] | None:
+        """The cell and replica the gateway knows as ``name`` (for ``servers.json``)."""
+        for cell, servers in enumerate(self._servers):
+            for server in servers:
+                if server.name == name:
+                    return cell, server
+        return None
 
     def sync_weights(self, cell: int, version: int) -> None:
         threading.Thread(target=self._sync, args=(cell, version), name=f"sync-cell{cell}", daemon=True).start()
@@ -145,8 +154,8 @@ class LiveRollouts:
     def release(self, *, index: int) -> None:
         self._done = sorted(self._done + self._claimed.pop(index, []), key=lambda done: done.seq)
 
-    def place(self, cell: int, url: str) -> None:
-        self._servers[cell] = CellServer(name=self._servers[cell].name, url=url)
+    def place(self, cell: int, nodes: Sequence[Node]) -> None:
+        self._servers[cell] = tuple(self._replicas_of(cell, nodes))
 
     def poll(self) -> list[Event]:
         if self._sync_error is not None:
@@ -186,18 +195,36 @@ class LiveRollouts:
         self._emit(Finished(seq=seq, version=version, timed_out=ended.timed_out, at=ended.ended_at))
 
     def _sync(self, cell: int, version: int) -> None:
-        server = self._servers[cell]
+        """Every replica of the cell reloads ``version`` (at once: each is its own engine); the
+        cell has synced when all have."""
+        servers = self._servers[cell]
+        with ThreadPoolExecutor(max_workers=len(servers), thread_name_prefix=f"sync-cell{cell}") as pool:
+            failures = [f for f in pool.map(lambda server: self._sync_replica(server, version), servers) if f]
+        if failures:  # reported on the coordinator's thread by the next poll
+            if self.ready(cell):
+                self._sync_error = f"weight sync of cell {cell} to v{version} failed: {'; '.join(failures)}"
+            # else a server died under the reload: the coordinator sees its step exit and starts
+            # new servers with the latest weights, which makes this reload moot
+            return
+        self._emit(WeightsSynced(cell=cell, version=version, at=time.time()))
+
+    def _sync_replica(self, server: CellServer, version: int) -> str:
+        """What went wrong reloading ``version`` into one replica (empty: nothing)."""
         try:
             self._weight_sync.sync(server.url, self._run.weights_dir(version), version)
-        except Exception as exc:  # reported on the coordinator's thread by the next poll
-            if self.ready(cell):
-                self._sync_error = f"weight sync of cell {cell} to v{version} failed: {exc}"
-            # else the server died under the reload: the coordinator sees its step exit and starts
-            # a new server with the latest weights, which makes this reload moot
-            return
+        except Exception as exc:
+            return f"{server.name}: {exc}"
         if any(view.name == server.name for view in self._gateway.servers()):
             self._gateway.call(self._gateway.gateway.pool.set_weight_version, server.name, version)
-        self._emit(WeightsSynced(cell=cell, version=version, at=time.time()))
+        return ""
+
+    @staticmethod
+    def _healthy(server: CellServer) -> bool:
+        try:
+            get(server.url + "/health", timeout_s=1.0)
+        except ServerCallError:  # not listening yet, or still loading the weights
+            return False
+        return True
 
     def _emit(self, event: Event) -> None:
         with self._lock:

@@ -1,16 +1,19 @@
 """The rollout servers' load, published by the head for ``gyrectl status`` on the login node:
-every couple of seconds, each server the gateway knows with its routing state and calls in flight
-through the gateway, and the engine's own queue (``vllm:num_requests_running`` / ``_waiting``
-from its Prometheus ``/metrics``), written atomically to the run's ``servers.json``."""
+every couple of seconds, each server replica the gateway knows with its cell and node, its
+routing state, calls in flight through the gateway and calls it has taken so far, and the
+engine's own queue (``vllm:num_requests_running`` / ``_waiting`` from its Prometheus
+``/metrics``), written atomically to the run's ``servers.json``."""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from gyrectl.gateway.background import BackgroundGateway
 from gyrectl.rollout.http import ServerCallError, get_text
+from gyrectl.rollout.replicas import CellServer
 from gyrectl.run.rundir import RunDir
 
 _GAUGES = {"vllm:num_requests_running": "running", "vllm:num_requests_waiting": "waiting"}
@@ -27,8 +30,10 @@ def engine_load(metrics: str) -> dict[str, int]:
 
 
 class LoadPublisher:
-    def __init__(self, run: RunDir, gateway: BackgroundGateway, *, every_s: float = 2.0):
-        self._run, self._gateway, self._every_s = run, gateway, every_s
+    def __init__(self, run: RunDir, gateway: BackgroundGateway, *,
+                 replica_of: Callable[[str], tuple[int, CellServer] | None] = lambda name: None, every_s: float = 2.0):
+        """``replica_of(name)``: the cell and replica a pool name stands for (None: not a cell's)."""
+        self._run, self._gateway, self._every_s, self._replica_of = run, gateway, every_s, replica_of
         self._key = run.server_key()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="server-load", daemon=True)
@@ -46,8 +51,11 @@ class LoadPublisher:
                 load: dict[str, int | None] = dict(engine_load(page))
             except ServerCallError:  # starting, stopping or gone: the gateway's view still counts
                 load = {"running": None, "waiting": None}
+            where = self._replica_of(view.name)
             rows.append({"name": view.name, "url": view.url, "state": view.state.value,
-                         "gateway_calls": view.num_inflight, "weight_version": view.weight_version, **load})
+                         "gateway_calls": view.num_inflight, "weight_version": view.weight_version, **load,
+                         "cell": where[0] if where else None, "node": where[1].node if where else None,
+                         "calls": view.calls})
         return rows
 
     def close(self) -> None:

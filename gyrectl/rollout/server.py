@@ -45,6 +45,7 @@ from typing import Any
 from gyrectl.cluster.backend import backend_for
 from gyrectl.config.schema import Config
 from gyrectl.rollout.guard import KEY_ENV, MIDDLEWARE
+from gyrectl.rollout.replicas import engine_gpus, nodes_per_engine, replicas_per_node
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 MAX_LOGPROBS = 20
@@ -67,10 +68,13 @@ class ServerLaunch:
 
 
 def rollout_server(config: Config, *, cell: int, weights_dir: Path, server_key: str = "",
-                   python: str = sys.executable) -> ServerLaunch:
+                   python: str = sys.executable, nodes: tuple[str, ...] = ()) -> ServerLaunch:
     """The server of ``cell`` serving the HF folder ``weights_dir`` (``RunDir.weights_dir(version)``),
     locked with ``server_key`` (``RunDir.server_key``; empty: an open server, for tools that
-    never start it, like the simulator)."""
+    never start it, like the simulator). One command for every task of the step: the backend's
+    :meth:`~gyrectl.cluster.backend.Backend.bind` makes each task its replica (its GPU group and
+    port) or its rank of a multi-node engine (over ``nodes``, the cell's nodes; see
+    :mod:`gyrectl.rollout.replicas`)."""
     model, port, name = config.model, server_port(config, cell=cell), served_model_name(config)
     backend = backend_for(config)
     command = (
@@ -83,20 +87,31 @@ def rollout_server(config: Config, *, cell: int, weights_dir: Path, server_key: 
         *(("--enable-sleep-mode",) if config.rollout.sleep_level and config.cluster.gpus_per_node else ()),
         *engine_flags(config.rollout.engine_args),
     )
-    command = backend.bind(command, python=python)
+    per_node, span = replicas_per_node(config), nodes_per_engine(config)
+    command = backend.bind(command, python=python, slot_gpus=engine_gpus(config) if per_node > 1 else 0,
+                           nodes_per_engine=span, cell_nodes=nodes if span > 1 else (),
+                           master_port=engine_master_port(config) if span > 1 else 0)
     env = server_env(config) | ({KEY_ENV: server_key} if server_key else {})
     return ServerLaunch(command=command, env=env, port=port, model_name=name)
 
 
-def server_port(config: Config, *, cell: int) -> int:
-    """Slurm gives every cell its own nodes, so one port serves all; the local backend's virtual
-    nodes share this machine, so cell N takes ``rollout.server_port + N`` (the backend says which)."""
-    return backend_for(config).server_port(config.rollout.server_port, cell=cell)
+def server_port(config: Config, *, cell: int, slot: int = 0) -> int:
+    """Slurm gives every cell its own nodes, so one port per GPU group serves all (``base + slot``);
+    the local backend's virtual nodes share this machine, so cell N takes ``rollout.server_port +
+    N`` (the backend says which)."""
+    return backend_for(config).server_port(config.rollout.server_port, cell=cell, slot=slot)
 
 
-def server_url(config: Config, *, cell: int, address: str) -> str:
-    """Where the gateway reaches the server of ``cell`` on a node at ``address`` (``Node.address``)."""
-    return f"http://{address}:{server_port(config, cell=cell)}"
+def server_url(config: Config, *, cell: int, address: str, slot: int = 0) -> str:
+    """Where the gateway reaches a server of ``cell`` on a node at ``address`` (``Node.address``)
+    in GPU group ``slot``."""
+    return f"http://{address}:{server_port(config, cell=cell, slot=slot)}"
+
+
+def engine_master_port(config: Config) -> int:
+    """Where a multi-node engine's ranks meet (torch.distributed, on its first node): above every
+    replica's port, below the training steps' rendezvous ports (``rollout.server_port`` + 1000..)."""
+    return config.rollout.server_port + 900
 
 
 def served_model_name(config: Config) -> str:

@@ -4,6 +4,9 @@ world's virtual clock)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from gyrectl.cluster.base import Node
 from gyrectl.coordinator.events import Event
 from gyrectl.sim.world import SimulatedWorld
 
@@ -41,7 +44,7 @@ class SimulatedGateway:
     def release(self, *, index: int) -> None:
         self._world.release(index=index)
 
-    def place(self, cell: int, url: str) -> None:
+    def place(self, cell: int, nodes: Sequence[Node]) -> None:
         pass  # a simulated server has no address: the world routes by cell
 
     def poll(self) -> list[Event]:

@@ -74,7 +74,7 @@ def test_live_rollouts_finish_score_and_claim(harness_file, tmp_path):
     rollouts = LiveRollouts(run=run, gateway=gateway, harnesses=_runner(harness_file, tmp_path), tasks=tasks,
                             executions_per_task=2, batch_executions=6,
                             verifier=lambda task, output: sum(c.isdigit() for c in output["answer"]) / 3,
-                            servers=[], weight_sync=None)  # type: ignore[arg-type]
+                            servers=[], replicas_of=lambda cell, nodes: (), weight_sync=None)  # type: ignore[arg-type]
     try:
         rollouts.dispatch(count=6, version=0)
         events: list = []
@@ -115,7 +115,8 @@ def test_harnesses_that_end_while_the_run_stops_are_left_for_the_next_head(harne
     stopping = []
     rollouts = LiveRollouts(run=run, gateway=gateway, harnesses=_runner(harness_file, tmp_path),
                             tasks=[{"id": "broken", "crash": True}], executions_per_task=1, batch_executions=1,
-                            verifier=lambda task, output: 0.0, servers=[], weight_sync=None,  # type: ignore[arg-type]
+                            verifier=lambda task, output: 0.0, servers=[], replicas_of=lambda cell, nodes: (),
+                            weight_sync=None,  # type: ignore[arg-type]
                             stopping=lambda: bool(stopping))
     try:
         rollouts.dispatch(count=1, version=0)

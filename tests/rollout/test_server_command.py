@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from gyrectl.cluster.slurm import bind as slurm_bind
 from gyrectl.config import parse_config
 from gyrectl.config.schema import Config
 from gyrectl.errors import RuntimeFailure
@@ -73,11 +72,6 @@ def test_a_server_key_locks_every_route() -> None:
     assert "k" * 43 not in " ".join(launch.command)
     assert flag_value(launch.command, "--middleware") == "gyrectl.rollout.guard.ServerKeyGuard"  # the rest
     assert "--middleware" not in rollout_server(config(), cell=0, weights_dir=WEIGHTS).command
-
-
-def test_slurm_bind_appends_the_nodes_own_address(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(slurm_bind, "node_address", {"node3": "10.0.0.13"}.__getitem__)
-    assert slurm_bind.bound(["python", "-m", "vllm", "--host", "0.0.0.0"], "node3")[-2:] == ["--host", "10.0.0.13"]
 
 
 def test_engine_args_become_flags_after_ours() -> None:

@@ -25,6 +25,7 @@ def test_node_facts_of_each_backend() -> None:
     local, slurm = backend_named("local"), backend_named("slurm", layout="cells")
     assert local is not None and slurm is not None
     assert (local.server_port(8000, cell=3), slurm.server_port(8000, cell=3)) == (8003, 8000)
+    assert slurm.server_port(8000, cell=3, slot=2) == 8002  # a node's third GPU group
     assert (local.rendezvous_host("node7"), slurm.rendezvous_host("node7")) == ("127.0.0.1", "node7")
     assert local.server_host_args() == ("--host", "127.0.0.1") and slurm.server_host_args() == ()
     assert local.bind(("vllm",), python="py") == ("vllm",)

@@ -97,7 +97,10 @@ def test_the_actuator_stops_a_lost_cells_training_step_and_places_it_on_granted_
     state = apply(state, events[0])
     assert actuator.observe(state) == []  # the replacement is asked for, not granted yet
     assert actuator.observe(state) == [CellPlaced(cell=1, nodes=("node4",), at=5.0)]
-    assert ("place", (1, "http://10.0.0.14:18300"), {}) in gateway.calls
+    (placed,) = [args[1] for name, args, _ in gateway.calls if name == "place" and args[0] == 1]
+    assert [node.name for node in placed] == ["node4"]
+    (replica,) = step_factory(CONFIG, RunDir(tmp_path)).replicas(cell=1, nodes=placed)
+    assert (replica.name, replica.url, replica.node) == ("cell1", "http://10.0.0.14:18300", "node4")
     assert actuator.cell_nodes[1] == ("node4",)
 
 

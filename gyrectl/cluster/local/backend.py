@@ -14,6 +14,7 @@ from gyrectl.cluster.backend import Backend, Head, JobView, head_ended
 from gyrectl.cluster.base import Cluster
 from gyrectl.cluster.local.cluster import LocalCluster
 from gyrectl.config.schema import Config
+from gyrectl.errors import UserError
 from gyrectl.run.rundir import RunDir
 
 LOOPBACK = "127.0.0.1"
@@ -53,10 +54,21 @@ class LocalBackend(Backend):
     def server_host_args(self) -> tuple[str, ...]:
         return ("--host", LOOPBACK)
 
-    def bind(self, command: tuple[str, ...], *, python: str) -> tuple[str, ...]:
-        return command
+    def check_before_submitting(self, config: Config, *, run_dir: Path) -> None:
+        engine_gpus = config.model.tensor_parallel * config.model.pipeline_parallel
+        per_node = config.cluster.gpus_per_node // engine_gpus if config.cluster.gpus_per_node else 1
+        if config.cells.nodes_per_cell != 1 or per_node != 1:
+            raise UserError(
+                f"cells.nodes_per_cell: the local backend runs each step as one process on this machine, so a cell "
+                f"is one virtual node serving one engine, not {config.cells.nodes_per_cell} node(s) of {per_node} "
+                f"server replica(s) each (gpus_per_node / (tensor_parallel x pipeline_parallel)); cells of "
+                f"several nodes or GPU groups need cluster.backend=slurm")
 
-    def server_port(self, base: int, *, cell: int) -> int:
+    def bind(self, command: tuple[str, ...], *, python: str, slot_gpus: int = 0, nodes_per_engine: int = 1,
+             cell_nodes: tuple[str, ...] = (), master_port: int = 0) -> tuple[str, ...]:
+        return command  # one server per cell: check_before_submitting refuses more
+
+    def server_port(self, base: int, *, cell: int, slot: int = 0) -> int:
         return base + cell  # the virtual nodes share this machine
 
     def rendezvous_host(self, first_node_host: str) -> str:

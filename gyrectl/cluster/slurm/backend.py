@@ -21,6 +21,7 @@ from typing import Any
 
 from gyrectl.cluster.backend import Backend, ComponentRow, Deadline, Head, JobView, head_end_reason, head_ended
 from gyrectl.cluster.base import Cluster
+from gyrectl.cluster.slurm.bind import bind_options
 from gyrectl.config.schema import Config
 from gyrectl.errors import RuntimeFailure, UserError
 from gyrectl.run.files import read_cells
@@ -142,11 +143,13 @@ class SlurmBackend(Backend):
     def server_host_args(self) -> tuple[str, ...]:
         return ()  # the node's address is looked up on the node: see bind
 
-    def bind(self, command: tuple[str, ...], *, python: str) -> tuple[str, ...]:
-        return (python, "-m", BIND_MODULE, *command)
+    def bind(self, command: tuple[str, ...], *, python: str, slot_gpus: int = 0, nodes_per_engine: int = 1,
+             cell_nodes: tuple[str, ...] = (), master_port: int = 0) -> tuple[str, ...]:
+        return (python, "-m", BIND_MODULE, *bind_options(slot_gpus=slot_gpus, nodes_per_engine=nodes_per_engine,
+                                                         cell_nodes=cell_nodes, master_port=master_port), *command)
 
-    def server_port(self, base: int, *, cell: int) -> int:
-        return base  # every cell has nodes of its own
+    def server_port(self, base: int, *, cell: int, slot: int = 0) -> int:
+        return base + slot  # every cell has nodes of its own; a node's GPU groups a port each
 
     def rendezvous_host(self, first_node_host: str) -> str:
         return first_node_host

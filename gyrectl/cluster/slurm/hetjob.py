@@ -66,16 +66,25 @@ def node_address(name: str, node: Mapping[str, str] | None = None) -> str:
 
 def srun_argv(spec: StepSpec, *, target: str, step_name: str | None = None) -> list[str]:
     """``srun`` for one role step (``slurm_templates/step.srun``): exact resources, explicit
-    nodes, one task per node, then the step's command. ``target`` says which job's allocation the
+    nodes, ``tasks_per_node`` tasks on each (sharing the node's CPUs), then the step's command. ``target`` says which job's allocation the
     step goes into (``--het-group=1``, ``--jobid=J``, or empty for the job srun runs in)."""
     text = render_template(
-        "step.srun", target=target,
-        num_nodes=str(len(spec.nodes)), cpus_per_node=str(spec.cpus_per_node),
+        "step.srun", target=target, num_nodes=str(len(spec.nodes)),
+        num_tasks=str(len(spec.nodes) * spec.tasks_per_node), tasks_per_node=str(spec.tasks_per_node),
+        cpus_per_task=str(max(spec.cpus_per_node // spec.tasks_per_node, 1)),
         gres=f"--gres=gpu:{spec.gpus_per_node}" if spec.gpus_per_node else "",
         overlap="--overlap" if spec.overlap else "",
         nodelist=shlex.quote(",".join(spec.nodes)), step_name=shlex.quote(step_name or spec.name))
     lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
     return [*shlex.split(" ".join(lines)), *spec.command]
+
+
+def _own_allocation(name: str) -> bool:
+    """The head job's description of its own allocation (``SLURM_JOB_ID``, ``SLURM_NNODES``,
+    ``SLURM_JOB_NODELIST``, ...): srun reads it as the allocation it runs in, so a step for another
+    job (``--jobid``: a cell's) must not inherit it -- with a 1-node head and a 2-node cell, srun
+    answered "Only allocated 1 nodes asked for 2". ``SLURM_CONF`` (where the cluster is) stays."""
+    return name.startswith("SLURM_") and name != "SLURM_CONF"
 
 
 class SlurmCluster(Cluster):
@@ -106,7 +115,8 @@ class SlurmCluster(Cluster):
         target, self._job_of[step_id] = self._target(spec.nodes)
         argv = srun_argv(spec, target=target, step_name=step_id)
         env = {"GYRECTL_STEP_NODES": ",".join(spec.nodes), **spec.env}
-        self._steps.start(step_id, argv, env=env, log_path=spec.log_path)
+        self._steps.start(step_id, argv, env=env, log_path=spec.log_path,
+                          unset=_own_allocation if target.startswith("--jobid=") else lambda name: False)
         return step_id
 
     def slurm_step(self, step_id: str) -> str | None:
