@@ -58,7 +58,9 @@ def flex_tree_mask(subtree_end: torch.Tensor, *, block: int = 128) -> Any:
         return m.sum(dim=1).to(torch.int32)[None, None], order.to(torch.int32)[None, None]
 
     def tree_mask(batch, head, q, kv):
-        return (kv <= q) & (q < subtree_end[kv])
+        # A kernel may evaluate the last, partly filled block past the end: never index outside.
+        inside = kv < length
+        return inside & (kv <= q) & (q < subtree_end[torch.clamp(kv, max=length - 1)])
 
     partial_num, partial_idx = as_blocks(partial)
     full_num, full_idx = as_blocks(full)

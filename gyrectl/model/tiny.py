@@ -65,7 +65,7 @@ def build_tiny_model(out: str | Path, spec: TinyModelSpec = TinyModelSpec()) -> 
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = _train_tokenizer(spec)
+    tokenizer = train_tokenizer(spec)
     tokenizer.save_pretrained(out)
     torch.manual_seed(spec.seed)
     config = Qwen2Config(
@@ -85,7 +85,9 @@ def build_tiny_model(out: str | Path, spec: TinyModelSpec = TinyModelSpec()) -> 
     return summary
 
 
-def _train_tokenizer(spec: TinyModelSpec):
+def train_tokenizer(spec: TinyModelSpec = TinyModelSpec()):
+    """The tiny model's tokenizer alone (a BPE trained on this Python's standard library), for models of
+    other shapes built the same way."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
