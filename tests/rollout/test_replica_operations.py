@@ -2,7 +2,7 @@
 each replica is routed, drained, put to sleep, woken and synced on its own, and ``servers.json``
 says where each runs and how many calls it took. Both replicas are the session's one server under
 two names and two nodes (a second engine would cost 3 GB and a minute for nothing the port does
-differently); ``tests/slurm/test_replicas.py`` runs real replicas on real nodes."""
+differently); ``tests/slurm/test_multinode_cells.py`` runs real replicas on real nodes."""
 
 from __future__ import annotations
 
