@@ -194,6 +194,19 @@ class SchedulerConfig:
 
 
 @dataclass(frozen=True)
+class TrackingConfig:
+    tensorboard: bool = True
+    """Write every step's metrics, the cells' idle share and each move's duration as TensorBoard
+    scalars under ``RUN/tracking/tensorboard`` (``tensorboard --logdir RUN/tracking``)."""
+    wandb: Literal["off", "offline", "online"] = "off"
+    """Also log them to Weights & Biases (the ``wandb`` package): ``offline`` writes under
+    ``RUN/tracking/wandb`` with no network (``wandb sync`` uploads it later); ``online`` needs
+    your W&B login on the head node."""
+    wandb_project: str = "gyrectl"
+    """The W&B project (the run's name is the W&B run's name and id)."""
+
+
+@dataclass(frozen=True)
 class SimulatorConfig:
     """Parameters of ``gyrectl simulate`` (a discrete-event model; nothing here touches a cluster)."""
 
@@ -249,6 +262,8 @@ class Config:
     """Trajectory-tree deduplication before each step."""
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     """Which policy moves cells between roles."""
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    """Experiment tracking: TensorBoard, Weights & Biases."""
     simulator: SimulatorConfig = field(default_factory=SimulatorConfig)
     """The model behind ``gyrectl simulate`` (throughput, switch costs); ignored by real runs."""
 

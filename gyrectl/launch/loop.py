@@ -4,6 +4,7 @@
     gateway (background thread, capture store sink) + harness runner + live rollouts
     actuator over the Cluster (vLLM server steps, torchrun training members)
     run_coordinator(policy) until the configured steps are trained or the run is stopped
+    tracking (background thread): metrics and journal -> TensorBoard (and W&B) scalars
 
 Everything the coordinator decides goes to the journal; the node table follows the cells' phases
 so ``gyrectl status`` shows each node's role.
@@ -40,6 +41,7 @@ from gyrectl.rollout.weights import HttpWeightSync
 from gyrectl.run.rundir import RunDir
 from gyrectl.scheduler import POLICIES
 from gyrectl.store.jsonl import read_records
+from gyrectl.tracking.publisher import TrackingPublisher
 
 
 class NodeRoles:
@@ -112,6 +114,7 @@ def run_loop(*, run: RunDir, config: Config, cluster: Cluster, nodes: Sequence[N
                             weight_sync=HttpWeightSync(server_key=server_key),
                             server_key=server_key, stopping=stopped)
     load = LoadPublisher(run, gateway, replica_of=rollouts.replica_of)
+    tracking = TrackingPublisher(run, config)
     actuator = Actuator(cluster=cluster, gateway=rollouts, clock=rollouts, steps=steps,
                         trainers=RunDirTrainers(run), cell_nodes=cell_nodes)
     try:
@@ -129,6 +132,7 @@ def run_loop(*, run: RunDir, config: Config, cluster: Cluster, nodes: Sequence[N
                                    now=rollouts.now, stop=lambda s: s.done or stopped())
     finally:
         rollouts.close()
+        tracking.close()
         load.close()
         gateway.close()
         writer.close()

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import time
 from dataclasses import dataclass
@@ -90,6 +91,9 @@ def check_loop_inputs(config: Config, launch_dir: Path) -> None:
     rollout = config.rollout
     if not rollout.harness_command:
         return
+    if config.tracking.wandb != "off" and importlib.util.find_spec("wandb") is None:
+        raise UserError("tracking.wandb: the wandb package is not installed here (pip install wandb, "
+                        "or set tracking.wandb=off)")
     if config.scheduler.grow_running_step:
         raise UserError("scheduler.grow_running_step: only `gyrectl simulate` models a training step that grows "
                         "while it runs; a real step's rendezvous is fixed when it starts (set it to false)")

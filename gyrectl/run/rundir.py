@@ -152,6 +152,12 @@ class RunDir:
         return self.path / "logs"
 
     @property
+    def tracking_dir(self) -> Path:
+        """Experiment tracking: ``tensorboard/`` event files, ``wandb/`` (``tracking.wandb``), and
+        which scalars were written (``written.json``)."""
+        return self.path / "tracking"
+
+    @property
     def submitit_dir(self) -> Path:
         return self.logs_dir / "submitit"
 

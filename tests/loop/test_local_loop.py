@@ -103,3 +103,16 @@ def test_a_cell_that_leaves_rollout_keeps_its_server_asleep(finished_run) -> Non
     assert sorted(cold_starts) == [0, 1], cold_starts
     assert any(e.cell == 1 and e.phase is Phase.TRAIN and e.sleeping_server for e in events)
     assert all(e.warm for e in events if e.phase is Phase.RETURNING)
+
+
+def test_tensorboard_reads_every_steps_scalars(cli, finished_run) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    reader = EventAccumulator(str(finished_run / "tracking" / "tensorboard"))
+    reader.Reload()
+    rewards = {e.step: e.value for e in reader.Scalars("train/reward_mean")}
+    view = _status(cli, finished_run)
+    assert rewards == pytest.approx({s["step"]: s["reward_mean"] for s in view["steps"]})
+    tags = set(reader.Tags()["scalars"])
+    assert {"train/loss", "train/dedup_ratio", "time_s/forward_backward", "cells/idle_fraction"} <= tags
+    assert any(tag.startswith("moves/") for tag in tags)  # cell 1 moved
