@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # scripts/setup.sh — everything gyrectl needs on a fresh Debian 12 machine (run as root):
-# Slurm + munge (the test cluster), and a virtual environment .venv with gyrectl, the CPU build of
-# vLLM and the test tools. Idempotent and quick when already done.
+# Slurm + munge (the test cluster), bubblewrap (harness sandboxes), and a virtual environment .venv
+# with gyrectl, the CPU build of vLLM and the test tools. Idempotent and quick when already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null || ! command -v ip >/dev/null; then
+# bubblewrap: rollout.sandbox=bwrap, which a test runs for real
+if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null || ! command -v ip >/dev/null \
+    || ! command -v bwrap >/dev/null; then
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurmctld slurmd slurm-client munge iproute2 >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurmctld slurmd slurm-client munge iproute2 bubblewrap >/dev/null
 fi
 if [[ ! -x .venv/bin/python ]]; then
   python3 -m venv .venv

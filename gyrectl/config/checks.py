@@ -152,6 +152,8 @@ def check_config(config: Config) -> None:
             if not getattr(rollout, field):
                 raise ConfigError(f"rollout.{field}", "must be set when rollout.harness_command is: "
                                                       "executions need tasks and a reward")
+    if rollout.sandbox == "apptainer" and not rollout.apptainer_image:
+        raise ConfigError("rollout.apptainer_image", "must name the image (.sif) when rollout.sandbox is apptainer")
     if not 1024 <= rollout.server_port <= 65535 - 2000:
         raise ConfigError("rollout.server_port", f"{rollout.server_port} leaves no room above it: the local "
                                                  "backend's cells take the next ports and training steps' "

@@ -130,6 +130,20 @@ class RolloutConfig:
     cold-starts on return (an engine start: tens of seconds to minutes). vLLM on CPU accepts the
     sleep call and keeps everything in memory."""
 
+    keep_workdirs: bool = True
+    """Keep each execution's working directory (``RUN/workdirs/EXECUTION``: its cwd and $HOME, what
+    it wrote) after it ends; false removes it once the execution is scored."""
+    sandbox: Literal["none", "bwrap", "apptainer"] = "none"
+    """Where a harness may write. ``none``: a plain process (it can write wherever you can).
+    ``bwrap`` (Debian's ``bubblewrap``, unprivileged): it writes only in its own working directory
+    and reads only the system, the Python it runs with, the launch directory (the run directory
+    hidden but for its own folder) and ``sandbox_read``. ``apptainer``: ``apptainer exec
+    --containall`` of ``apptainer_image`` with the same directory bound."""
+    sandbox_read: tuple[str, ...] = ()
+    """More paths a sandboxed harness may read (data sets, tool installs)."""
+    apptainer_image: str = ""
+    """The image ``sandbox: apptainer`` runs harnesses in (a ``.sif`` file)."""
+
     def engine_arg(self, name: str) -> Any:
         """The value ``engine_args`` gives vLLM's ``--NAME`` (spelt ``max-model-len``,
         ``max_model_len`` or ``--max-model-len``), None if not given."""

@@ -34,6 +34,7 @@ from gyrectl.rollout.harnesses import HarnessRunner
 from gyrectl.rollout.live import LiveRollouts
 from gyrectl.rollout.load import LoadPublisher
 from gyrectl.rollout.resume import carry_over
+from gyrectl.rollout.sandbox import Sandbox
 from gyrectl.rollout.reward import load_verifier
 from gyrectl.rollout.server import served_model_name
 from gyrectl.rollout.tasks import load_tasks
@@ -104,7 +105,9 @@ def run_loop(*, run: RunDir, config: Config, cluster: Cluster, nodes: Sequence[N
                for cell, names in enumerate(cell_nodes)]
     harnesses = HarnessRunner(command=_harness_argv(config.rollout.harness_command, launch_dir), cwd=launch_dir,
                               env={"OPENAI_API_KEY": token, "OPENAI_MODEL": served},
-                              time_limit_s=config.rollout.execution_time_limit_s, logs_dir=run.logs_dir / "executions")
+                              time_limit_s=config.rollout.execution_time_limit_s, logs_dir=run.logs_dir / "executions",
+                              workdirs=run.workdir, sandbox=harness_sandbox(config, run, launch_dir),
+                              keep_workdirs=config.rollout.keep_workdirs)
     rollouts = LiveRollouts(run=run, gateway=gateway, harnesses=harnesses,
                             tasks=tasks,
                             executions_per_task=config.rollout.executions_per_task,
@@ -136,6 +139,16 @@ def run_loop(*, run: RunDir, config: Config, cluster: Cluster, nodes: Sequence[N
         load.close()
         gateway.close()
         writer.close()
+
+
+def harness_sandbox(config: Config, run: RunDir, launch_dir: Path) -> Sandbox:
+    """The sandbox of ``rollout.sandbox``: the launch directory and ``rollout.sandbox_read``
+    readable, the run directory (its secrets, the other executions) hidden."""
+    rollout = config.rollout
+    readable = (launch_dir.resolve(), *(Path(p).expanduser().resolve() for p in rollout.sandbox_read))
+    sandbox = Sandbox(rollout.sandbox, readable=readable, hidden=(run.path.resolve(),), image=rollout.apptainer_image)
+    sandbox.require()
+    return sandbox
 
 
 def _link_initial_weights(run: RunDir, config: Config, launch_dir: Path) -> None:

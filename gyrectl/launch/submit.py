@@ -19,6 +19,7 @@ from gyrectl.config import dump_config
 from gyrectl.config.schema import Config
 from gyrectl.errors import UserError
 from gyrectl.plan.check import require_fit
+from gyrectl.rollout.sandbox import Sandbox
 from gyrectl.run.files import read_job, run_config
 from gyrectl.run.rundir import DamagedRunFile, RunDir
 
@@ -97,6 +98,8 @@ def check_loop_inputs(config: Config, launch_dir: Path) -> None:
     if config.scheduler.grow_running_step:
         raise UserError("scheduler.grow_running_step: only `gyrectl simulate` models a training step that grows "
                         "while it runs; a real step's rendezvous is fixed when it starts (set it to false)")
+    if config.cluster.backend == "local":  # on Slurm the head's node runs the harnesses: checked there
+        Sandbox(rollout.sandbox).require()
     model = launch_dir / config.model.path
     if not (model / "config.json").is_file():
         hint = " (build the tiny one: gyrectl model tiny models/tiny)" if config.model.path == "models/tiny" else ""

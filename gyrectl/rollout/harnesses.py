@@ -6,20 +6,26 @@ The harness is a black box. It learns where to send its calls from ``OPENAI_BASE
 attributed without changing it) and its task from ``GYRECTL_TASK``; the last line of its stdout
 that is a JSON object is its *output*, which the verifier scores. A harness still running at
 the time limit gets SIGTERM, then SIGKILL, and is scored on whatever output it printed.
+
+Each execution runs in its own working directory (``workdirs``; the launch directory is in
+``GYRECTL_LAUNCH_DIR``), inside the configured sandbox (:mod:`gyrectl.rollout.sandbox`), and the
+directory is removed once the execution ended unless ``keep_workdirs``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gyrectl.rollout.sandbox import Sandbox
 from gyrectl.rollout.tasks import Assignment
 
 
@@ -47,8 +53,12 @@ class _Running:
 
 class HarnessRunner:
     def __init__(self, *, command: Sequence[str], cwd: Path, env: Mapping[str, str], time_limit_s: float,
-                 logs_dir: Path, kill_grace_s: float = 5.0):
+                 logs_dir: Path, kill_grace_s: float = 5.0, workdirs: Callable[[str], Path] | None = None,
+                 sandbox: Sandbox = Sandbox("none"), keep_workdirs: bool = True):
+        """``cwd``: the launch directory (every execution's working directory unless ``workdirs``
+        gives each its own)."""
         self._command, self._cwd, self._env = list(command), cwd, dict(env)
+        self._workdirs, self._sandbox, self._keep_workdirs = workdirs, sandbox, keep_workdirs
         self._time_limit_s, self._kill_grace_s = time_limit_s, kill_grace_s
         self._logs_dir = logs_dir
         self._logs_dir.mkdir(parents=True, exist_ok=True)
@@ -60,10 +70,13 @@ class HarnessRunner:
 
     def start(self, assignment: Assignment, *, base_url: str) -> None:
         env = {**os.environ, **self._env, "OPENAI_BASE_URL": base_url, "GYRECTL_TASK": json.dumps(assignment.task),
-               "GYRECTL_EXECUTION": assignment.execution}
+               "GYRECTL_EXECUTION": assignment.execution, "GYRECTL_LAUNCH_DIR": str(self._cwd)}
+        workdir = self._workdir(assignment.execution)
+        workdir.mkdir(parents=True, exist_ok=True)
+        argv = self._sandbox.wrap(self._command, workdir=workdir)
         stdout_path = self._logs_dir / f"{assignment.execution}.out"
         with open(stdout_path, "wb") as stdout, open(self._logs_dir / f"{assignment.execution}.err", "wb") as stderr:
-            process = subprocess.Popen(self._command, cwd=self._cwd, env=env, stdout=stdout, stderr=stderr,
+            process = subprocess.Popen(argv, cwd=workdir, env=env, stdout=stdout, stderr=stderr,
                                        stdin=subprocess.DEVNULL, process_group=0)  # as cluster/processes.py
         now = time.time()
         self._running[assignment.execution] = _Running(assignment, process, stdout_path, now,
@@ -81,7 +94,12 @@ class HarnessRunner:
             ended.append(HarnessExit(run.assignment, timed_out=run.kill_at is not None, exit_code=code,
                                      output=last_json_object(run.stdout_path), started_at=run.started_at,
                                      ended_at=now))
+            if self._workdirs is not None and not self._keep_workdirs:
+                shutil.rmtree(self._workdir(execution), ignore_errors=True)
         return ended
+
+    def _workdir(self, execution: str) -> Path:
+        return self._workdirs(execution) if self._workdirs is not None else self._cwd
 
     def stop_all(self) -> None:
         for run in self._running.values():

@@ -20,6 +20,8 @@
                                        checkpoint: one shard file per rank, ``.metadata``)
       trainer/request-NNNNNN.json      asks a resident trainer to train step N: ``{"step", "group"}``
       metrics.jsonl                    one line per finished training step
+      workdirs/EXECUTION/              each execution's own working directory (``rollout.keep_workdirs``)
+      tracking/                        TensorBoard event files, W&B offline runs
       logs/                            head, step and submitit logs
 """
 
@@ -150,6 +152,10 @@ class RunDir:
     @property
     def logs_dir(self) -> Path:
         return self.path / "logs"
+
+    def workdir(self, execution: str) -> Path:
+        """Execution ``execution``'s own working directory (the only place a sandboxed harness writes)."""
+        return self.path / "workdirs" / execution
 
     @property
     def tracking_dir(self) -> Path:
