@@ -22,6 +22,7 @@ from gyrectl.errors import RuntimeFailure, UserError
 from gyrectl.launch.status import RunView, run_view
 from gyrectl.run.files import run_config
 from gyrectl.run.rundir import RunDir
+from gyrectl.store.jsonl import read_records
 
 WatchOpt = Annotated[bool, typer.Option("--watch", "-w", help="Refresh until the run ends (live view on a terminal).")]
 IntervalOpt = Annotated[float, typer.Option(help="Seconds between refreshes with --watch.")]
@@ -127,6 +128,10 @@ def render(view: RunView) -> Group:
                            [(s.step, f"{s.reward_mean:.3f}", s.executions, s.naive_tokens,
                              s.trained_tokens, f"v{s.weight_version}", f"{s.duration_s:.1f}")
                             for s in view.steps[-10:]]))
+    if view.evals:
+        parts.append(table("evaluations (held-out tasks)", ["weights", "executions", "reward mean", "pass@1", "pass@k"],
+                           [(f"v{e.weight_version}", e.executions, _fraction(e.reward_mean), _fraction(e.pass_at_1),
+                             f"{_fraction(e.pass_at_k)} (k={e.k})") for e in view.evals[-10:]]))
     if view.skipped:
         parts.append(skipped_text(view.skipped, read=", ".join(
             f"{count} record(s) of {name}" for name, count in view.records_read.items())))
@@ -150,6 +155,10 @@ def _cells_table(view: RunView) -> object:
     return table(title, ["cell", "nodes", "role", "phase", "since", "engine", "weights"], rows)
 
 
+def _fraction(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
 def _count(value: int | None) -> str:
     return "-" if value is None else str(value)
 
@@ -164,8 +173,10 @@ def write_timeline(run: RunDir, path: Path) -> None:
     if not events:
         raise UserError(f"{run.path}: the journal holds no coordinator event yet; nothing to draw")
     config = run_config(run)
+    evals = [line for line in read_records(run.evals_file) if isinstance(line.get("at"), int | float)]
+    marks = [(line["at"], f"eval v{line.get('weight_version')}: pass@1 {line.get('pass_at_1')}") for line in evals]
     draw_timeline(path, initial=initial_state(limits_from_config(config)), events=events, wall_clock=True,
-                  title=f"{run.name}: {config.scheduler.policy}, {config.num_cells} cells")
+                  title=f"{run.name}: {config.scheduler.policy}, {config.num_cells} cells", marks=marks)
     err.print(escape(f"timeline written to {path}"), highlight=False, soft_wrap=True)
 
 

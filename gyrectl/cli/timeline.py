@@ -3,6 +3,7 @@ with matplotlib from the coordinator's spans (:func:`gyrectl.coordinator.timelin
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from gyrectl.coordinator.events import Event
@@ -14,9 +15,10 @@ _COLORS = {"rollout": "tab:blue", "training": "tab:orange", "waiting to train": 
 
 
 def draw_timeline(path: Path, *, initial: CoordinatorState, events: list[Event], title: str,
-                  wall_clock: bool = False) -> None:
+                  wall_clock: bool = False, marks: Sequence[tuple[float, str]] = ()) -> None:
     """Simulated events are drawn in hours from 0; a real run's (``wall_clock``) in minutes
-    from its first event."""
+    from its first event. ``marks``: (time, label) drawn as labelled vertical lines (a real run's
+    evaluations)."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, never a window
@@ -28,6 +30,10 @@ def draw_timeline(path: Path, *, initial: CoordinatorState, events: list[Event],
     fig, ax = plt.subplots(figsize=(12, 0.35 * num_cells + 2.0))
     for cell, label, start, end in role_segments(initial, events, origin):
         ax.broken_barh([(start / unit, (end - start) / unit)], (cell - 0.4, 0.8), color=_COLORS[label])
+    for at, label in marks:
+        ax.axvline((at - origin) / unit, color="tab:green", lw=1, ls="--")
+        ax.text((at - origin) / unit, num_cells - 0.4, label, color="tab:green", fontsize=7, rotation=90,
+                va="top", ha="right")
     ax.set_xlabel(axis)
     ax.set_ylabel("cell")
     ax.set_yticks(range(num_cells))

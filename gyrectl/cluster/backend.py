@@ -82,6 +82,8 @@ class Backend(abc.ABC):
 
     name: str
     """``cluster.backend`` in the config and ``backend`` in ``job.json``."""
+    head_runs_here: bool = False
+    """The head (and so the agent harnesses) runs on the machine ``launch`` runs on."""
 
     # -- from the login node ------------------------------------------------------------------
     @abc.abstractmethod

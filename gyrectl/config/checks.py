@@ -174,6 +174,13 @@ def check_config(config: Config) -> None:
         raise ConfigError("training.max_importance_weight",
                           f"must be at least 1 (1 = no correction of stale tokens), got {training.max_importance_weight:g}")
     _at_least("dedup.j_max", dedup.j_max, 1)
+    evaluation = config.eval
+    _at_least("eval.every_steps", evaluation.every_steps, 0)
+    _at_least("eval.executions_per_task", evaluation.executions_per_task, 1)
+    if evaluation.every_steps and not evaluation.tasks:
+        raise ConfigError("eval.tasks", f"must name a tasks file when eval.every_steps is {evaluation.every_steps}")
+    if evaluation.temperature is not None and evaluation.temperature < 0:
+        raise ConfigError("eval.temperature", f"must be at least 0, got {evaluation.temperature:g}")
     _at_least("scheduler.max_staleness", scheduler.max_staleness, 0)
 
     num_cells = config.num_cells

@@ -208,6 +208,23 @@ class SchedulerConfig:
 
 
 @dataclass(frozen=True)
+class EvalConfig:
+    tasks: str = ""
+    """JSONL file of held-out tasks (as ``rollout.tasks``); empty: no evaluation."""
+    every_steps: int = 0
+    """Evaluate weights version N (trained by step N-1) when N is a multiple of this (0: never).
+    An evaluation starts as soon as a server serves those weights, runs through the same gateway,
+    harness and verifier, only on servers serving them (or newer), and is never trained on."""
+    executions_per_task: int = 4
+    """Executions of each eval task: k of pass@k."""
+    temperature: float | None = None
+    """Sampling temperature the gateway sets on every call of an eval execution, whatever the
+    harness asks for (null: the harness's own)."""
+    pass_threshold: float = 1.0
+    """An eval execution passes when its reward is at least this (pass@1, pass@k)."""
+
+
+@dataclass(frozen=True)
 class TrackingConfig:
     tensorboard: bool = True
     """Write every step's metrics, the cells' idle share and each move's duration as TensorBoard
@@ -276,6 +293,8 @@ class Config:
     """Trajectory-tree deduplication before each step."""
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     """Which policy moves cells between roles."""
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    """Evaluation on held-out tasks with the newest weights, every few steps."""
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     """Experiment tracking: TensorBoard, Weights & Biases."""
     simulator: SimulatorConfig = field(default_factory=SimulatorConfig)

@@ -50,6 +50,9 @@ class Gateway:
         self.pool = ServerPool(drain_grace_s=settings.drain_grace_s, sticky_slack=settings.sticky_slack,
                                server_wait_s=settings.server_wait_s)
         self.url = ""
+        self.sampling: dict[str, dict[str, Any]] = {}
+        """Per execution, request fields the gateway sets on every call of it (an evaluation's
+        ``temperature``), whatever the harness sent."""
         self._closing = False
         self._runner: web.AppRunner | None = None
         self._deps: EngineDeps | None = None
@@ -96,6 +99,7 @@ class Gateway:
             raise GatewayError(405, f"{caller.api_path} takes POST.", code="method_not_allowed")
         body = parse_body(await _read(request))
         check_request(api, body, self.settings.models)
+        body = {**body, **self.sampling.get(caller.execution, {})}
         ctx = CallContext(caller.execution, uuid.uuid4().hex, api, caller.role, time.time())
         handler = {"chat": self._generate, "completions": self._generate,
                    "messages": self._messages, "responses": self._responses}[api]

@@ -63,6 +63,7 @@ class ServerPool:
         self.server_wait_s = server_wait_s
         self._servers: dict[str, _Server] = {}
         self._sticky: dict[str, str] = {}
+        self._min_version: dict[str, int] = {}
         self._changed = asyncio.Event()
 
     # -- the coordinator's side ------------------------------------------------------------
@@ -95,6 +96,11 @@ class ServerPool:
         """Records the policy version ``name`` serves from now on (after a weight reload)."""
         self._require(name).weight_version = version
 
+    def pin_version(self, execution: str, version: int) -> None:
+        """Calls of ``execution`` go only to servers serving weights ``version`` or newer (an
+        evaluation of that version); they wait while none does."""
+        self._min_version[execution] = version
+
     def has_active(self) -> bool:
         return any(s.state is ServerState.ACTIVE for s in self._servers.values())
 
@@ -109,11 +115,12 @@ class ServerPool:
         ``server_wait_s`` while no server is active (nodes are moving between roles)."""
         deadline = asyncio.get_running_loop().time() + self.server_wait_s
         while True:
+            pinned = self._min_version.get(execution)
             name = choose_server(self.views(), sticky=self._sticky.get(execution),
-                                 sticky_slack=self.sticky_slack, exclude=exclude)
+                                 sticky_slack=self.sticky_slack, exclude=exclude, min_version=pinned)
             if name is None and exclude:
                 # Every other server failed this call once; a retry on them beats an error.
-                name = choose_server(self.views(), sticky=None, sticky_slack=self.sticky_slack)
+                name = choose_server(self.views(), sticky=None, sticky_slack=self.sticky_slack, min_version=pinned)
             if name is not None:
                 server = self._servers[name]
                 lease = Lease(name, server.url, server.weight_version, movable=movable)
@@ -143,6 +150,7 @@ class ServerPool:
 
     def forget_execution(self, execution: str) -> None:
         self._sticky.pop(execution, None)
+        self._min_version.pop(execution, None)
 
     # -- carrying out the state machine's verdicts -------------------------------------------
     def _apply(self, name: str, event: ServerEvent) -> None:

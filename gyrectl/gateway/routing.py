@@ -27,9 +27,11 @@ class ServerView:
 
 
 def choose_server(servers: Sequence[ServerView], *, sticky: str | None, sticky_slack: int = 4,
-                  exclude: Collection[str] = ()) -> str | None:
-    """Name of the server for the next call, or ``None`` when no active server is left."""
-    candidates = [s for s in servers if s.state is ServerState.ACTIVE and s.name not in exclude]
+                  exclude: Collection[str] = (), min_version: int | None = None) -> str | None:
+    """Name of the server for the next call, or ``None`` when no active server is left (with
+    ``min_version``: none serving that weight version or a newer one)."""
+    candidates = [s for s in servers if s.state is ServerState.ACTIVE and s.name not in exclude
+                  and (min_version is None or (s.weight_version is not None and s.weight_version >= min_version))]
     if not candidates:
         return None
     least = min(candidates, key=lambda s: (s.num_inflight, s.name))

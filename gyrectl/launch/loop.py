@@ -30,6 +30,7 @@ from gyrectl.gateway.background import BackgroundGateway
 from gyrectl.gateway.settings import GatewaySettings
 from gyrectl.launch.steps import step_factory
 from gyrectl.launch.trainers import RunDirTrainers
+from gyrectl.rollout.evals import EvalPlan
 from gyrectl.rollout.harnesses import HarnessRunner
 from gyrectl.rollout.live import LiveRollouts
 from gyrectl.rollout.load import LoadPublisher
@@ -115,7 +116,7 @@ def run_loop(*, run: RunDir, config: Config, cluster: Cluster, nodes: Sequence[N
                             verifier=verifier, servers=servers,
                             replicas_of=lambda cell, placed: steps.replicas(cell=cell, nodes=placed),
                             weight_sync=HttpWeightSync(server_key=server_key),
-                            server_key=server_key, stopping=stopped)
+                            server_key=server_key, stopping=stopped, evals=eval_plan(config, launch_dir))
     load = LoadPublisher(run, gateway, replica_of=rollouts.replica_of)
     tracking = TrackingPublisher(run, config)
     actuator = Actuator(cluster=cluster, gateway=rollouts, clock=rollouts, steps=steps,
@@ -139,6 +140,15 @@ def run_loop(*, run: RunDir, config: Config, cluster: Cluster, nodes: Sequence[N
         load.close()
         gateway.close()
         writer.close()
+
+
+def eval_plan(config: Config, launch_dir: Path) -> EvalPlan | None:
+    evaluation = config.eval
+    if not evaluation.every_steps:
+        return None
+    return EvalPlan(tasks=tuple(load_tasks(launch_dir / evaluation.tasks, field="eval.tasks")),
+                    every_steps=evaluation.every_steps, executions_per_task=evaluation.executions_per_task,
+                    pass_threshold=evaluation.pass_threshold, temperature=evaluation.temperature)
 
 
 def harness_sandbox(config: Config, run: RunDir, launch_dir: Path) -> Sandbox:

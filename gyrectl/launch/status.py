@@ -27,8 +27,8 @@ from gyrectl.coordinator.journal import read_journal, replay
 from gyrectl.coordinator.state import limits_from_config
 from gyrectl.coordinator.views import (CellRow, ExecutionCounts, Move, TrainingRow, cell_rows, execution_counts, moves,
                                        placed_cells, training_row)
-from gyrectl.launch.status_rows import NodeRow, ServerRow, StepRow
-from gyrectl.run.files import STEP_METRICS, check_fields, read_nodes, read_servers, run_config
+from gyrectl.launch.status_rows import EvalRow, NodeRow, ServerRow, StepRow
+from gyrectl.run.files import EVAL_SUMMARY, STEP_METRICS, check_fields, read_nodes, read_servers, run_config
 from gyrectl.run.rundir import DamagedRunFile, RunDir
 from gyrectl.store.damage import Skipped
 from gyrectl.store.jsonl import JsonlContents, scan_jsonl
@@ -64,6 +64,8 @@ class RunView:
     what they should: the rest of those files is shown."""
     records_read: dict[str, int] = field(default_factory=dict)
     """Records read and used, per file (``journal.jsonl``, ``metrics.jsonl``)."""
+    evals: list[EvalRow] = field(default_factory=list)
+    """One row per finished evaluation (``evals.jsonl``: :mod:`gyrectl.rollout.evals`)."""
 
     def to_json(self) -> dict[str, Any]:
         return {"run_dir": self.run_dir, "name": self.name, "job": self.job.to_json(),
@@ -73,7 +75,8 @@ class RunView:
                 "executions": {} if self.executions is None else self.executions.to_json(),
                 "training": None if self.training is None else self.training.to_json(),
                 "servers": [s.to_json() for s in self.servers], "servers_at": self.servers_at, "damaged": self.damaged,
-                "skipped": [s.to_json() for s in self.skipped], "records_read": self.records_read}
+                "skipped": [s.to_json() for s in self.skipped], "records_read": self.records_read,
+                "evals": [e.to_json() for e in self.evals]}
 
 
 T = TypeVar("T")
@@ -115,12 +118,14 @@ def run_view(run: RunDir) -> RunView:
     config = _read(run_config, run, damaged, None)
     journal, metrics = read_journal(run.journal_file), scan_jsonl(run.metrics_file)
     steps, refused = finished_steps(metrics)
+    evals, refused_evals = finished_evals(scan_jsonl(run.evals_file))
     view = RunView(run_dir=str(run.path), name=run.name, job=job_view(run, damaged=damaged), nodes=nodes,
                    note=note, steps=steps, total_steps=config.run.steps if config else 0,
                    servers=[ServerRow.of(s) for s in load["servers"]], servers_at=load["at"], damaged=damaged,
-                   skipped=sorted(journal.skipped + metrics.skipped + refused, key=lambda s: (s.path, s.offset)),
+                   skipped=sorted(journal.skipped + metrics.skipped + refused + refused_evals,
+                                  key=lambda s: (s.path, s.offset)),
                    records_read={run.journal_file.name: len(journal.records),
-                                 run.metrics_file.name: len(metrics.records) - len(refused)})
+                                 run.metrics_file.name: len(metrics.records) - len(refused)}, evals=evals)
     return view if config is None else _with_coordinator(view, nodes, config, journal.events)
 
 
@@ -137,16 +142,30 @@ def _with_coordinator(view: RunView, nodes: list[NodeRow], config: Config, event
                                training=training_row(state), executions=execution_counts(state))
 
 
+def finished_evals(contents: JsonlContents) -> tuple[list[EvalRow], list[Skipped]]:
+    """The evaluations' lines in file order, and the lines without an evaluation's fields (with
+    the file's own damage)."""
+    records, refused = _with_fields(contents, EVAL_SUMMARY, "an evaluation's summary")
+    return [EvalRow.of(record) for record in records], list(contents.skipped) + refused
+
+
 def finished_steps(metrics: JsonlContents) -> tuple[list[StepRow], list[Skipped]]:
     """The trainer's metrics lines, one per finished step, in step order (a retried step once),
     and the lines without a finished step's fields (damage that still parsed)."""
-    by_step: dict[int, dict[str, Any]] = {}
-    refused: list[Skipped] = []
-    for i, record in enumerate(metrics.records):
-        try:
-            check_fields(Path(metrics.path), record, STEP_METRICS)
-        except DamagedRunFile as exc:
-            refused.append(metrics.refused(i, f"not a finished step's metrics: {exc.problem}"))
-            continue
-        by_step[record["step"]] = record
+    records, refused = _with_fields(metrics, STEP_METRICS, "a finished step's metrics")
+    by_step = {record["step"]: record for record in records}
     return [StepRow.of(by_step[step]) for step in sorted(by_step)], refused
+
+
+def _with_fields(contents: JsonlContents, fields: dict[str, tuple[type, ...]],
+                 what: str) -> tuple[list[dict[str, Any]], list[Skipped]]:
+    """The records of ``contents`` that hold ``fields``, and one ``Skipped`` for each that does not."""
+    kept, refused = [], []
+    for i, record in enumerate(contents.records):
+        try:
+            check_fields(Path(contents.path), record, fields)
+        except DamagedRunFile as exc:
+            refused.append(contents.refused(i, f"not {what}: {exc.problem}"))
+            continue
+        kept.append(record)
+    return kept, refused

@@ -79,3 +79,22 @@ class StepRow(_FileRow):
         return cls(step=record["step"], reward_mean=record["reward_mean"], executions=record["executions"],
                    naive_tokens=record["naive_tokens"], trained_tokens=record["trained_tokens"],
                    weight_version=record["weight_version"], duration_s=record["duration_s"], record=record)
+
+
+@dataclass(frozen=True)
+class EvalRow(_FileRow):
+    """A finished evaluation: an ``evals.jsonl`` line with the fields of
+    :data:`gyrectl.run.files.EVAL_SUMMARY`."""
+
+    weight_version: int
+    executions: int
+    reward_mean: float | None
+    pass_at_1: float | None
+    pass_at_k: float | None
+    k: int
+
+    @classmethod
+    def of(cls, record: dict[str, Any]) -> EvalRow:
+        return cls(weight_version=record["weight_version"], executions=record["executions"],
+                   reward_mean=record["reward_mean"], pass_at_1=record["pass_at_1"], pass_at_k=record["pass_at_k"],
+                   k=record["k"], record=record)

@@ -98,12 +98,15 @@ def check_loop_inputs(config: Config, launch_dir: Path) -> None:
     if config.scheduler.grow_running_step:
         raise UserError("scheduler.grow_running_step: only `gyrectl simulate` models a training step that grows "
                         "while it runs; a real step's rendezvous is fixed when it starts (set it to false)")
-    if config.cluster.backend == "local":  # on Slurm the head's node runs the harnesses: checked there
+    if backend_for(config).head_runs_here:  # else the head checks on its own node
         Sandbox(rollout.sandbox).require()
     model = launch_dir / config.model.path
     if not (model / "config.json").is_file():
         hint = " (build the tiny one: gyrectl model tiny models/tiny)" if config.model.path == "models/tiny" else ""
         raise UserError(f"model.path: {model} is not an HF model folder (no config.json){hint}")
-    for field, relative in (("rollout.tasks", rollout.tasks), ("rollout.verifier", rollout.verifier.split(":")[0])):
+    files = [("rollout.tasks", rollout.tasks), ("rollout.verifier", rollout.verifier.split(":")[0])]
+    if config.eval.every_steps:
+        files.append(("eval.tasks", config.eval.tasks))
+    for field, relative in files:
         if not (launch_dir / relative).is_file():
             raise UserError(f"{field}: {launch_dir / relative} does not exist")

@@ -12,6 +12,8 @@ cells' vLLM steps, and time is the wall clock.
     poll()          <── harness exits (scored by the verifier, logged to executions.jsonl)
                         and finished reloads, as Started / Finished / WeightsSynced events
     claim(step)     ──> batches/step-N.json: the executions training step N consumes
+    evaluations     ──> eval harnesses once a server serves due weights (gyrectl.rollout.evals):
+                        scored into eval-executions.jsonl and evals.jsonl, never claimed
 
 An infrastructure failure (the verifier kept raising) counts as finished for scheduling, so the
 run goes on, but it is left out of the batch file: never trained, never a zero reward.
@@ -31,6 +33,7 @@ from gyrectl.coordinator.events import Event, Finished, Started, WeightsSynced
 from gyrectl.errors import RuntimeFailure
 from gyrectl.gateway.background import BackgroundGateway
 from gyrectl.cluster.base import Node
+from gyrectl.rollout.evals import EvalPlan, eval_version, summary
 from gyrectl.rollout.harnesses import HarnessExit, HarnessRunner
 from gyrectl.rollout.http import ServerCallError, get
 from gyrectl.rollout.replicas import CellServer
@@ -58,7 +61,7 @@ class LiveRollouts:
                  verifier: Verifier, servers: Sequence[Sequence[CellServer]],
                  replicas_of: Callable[[int, Sequence[Node]], Sequence[CellServer]],
                  weight_sync: WeightSync, server_key: str = "", poll_s: float = 0.25,
-                 stopping: Callable[[], bool] = lambda: False):
+                 stopping: Callable[[], bool] = lambda: False, evals: EvalPlan | None = None):
         """``servers``: each cell's replicas; ``replicas_of(cell, nodes)``: a cell's replicas on
         other nodes (after ``place``)."""
         self._run, self._gateway, self._harnesses = run, gateway, harnesses
@@ -72,8 +75,13 @@ class LiveRollouts:
         self._claimed: dict[int, list[_Done]] = {}
         self._log = JsonlAppender(run.executions_file)
         self._outbox: list[Event] = []
-        self._lock = threading.Lock()  # the outbox is shared with weight-sync threads
+        self._lock = threading.Lock()  # the outbox (and the evals due) are shared with weight-sync threads
         self._sync_error: str | None = None
+        self._evals = evals
+        self._evals_due: list[int] = []
+        self._evals_seen: set[int] = set()
+        self._eval_records: dict[int, list[dict[str, Any]]] = {}
+        self._eval_log = JsonlAppender(run.eval_executions_file)
 
     def take_over(self, carried: CarriedOver, *, resume: int) -> None:
         """Continues a run another head started (``resume``: how many heads came before this
@@ -108,6 +116,8 @@ class LiveRollouts:
                 self._gateway.call(pool.add, server.name, server.url, weight_version=weight_version)
             elif server.name in known:
                 self._gateway.call(pool.drain, server.name)
+        if routed:
+            self._serving(weight_version)
 
     def sleep(self, cell: int, *, level: int) -> None:
         for server in self._servers[cell]:
@@ -165,7 +175,12 @@ class LiveRollouts:
         # recording an infrastructure failure that would never be trained.
         if not self._stopping():
             for ended in self._harnesses.reap():
-                self._finish(ended)
+                version = eval_version(ended.assignment.execution)
+                if version is None:
+                    self._finish(ended)
+                else:
+                    self._finish_eval(ended, version)
+            self._start_due_evals()
         with self._lock:
             events, self._outbox = self._outbox, []
         return events
@@ -181,6 +196,47 @@ class LiveRollouts:
     def close(self) -> None:
         self._harnesses.stop_all()
         self._log.close()
+        self._eval_log.close()
+
+    def _serving(self, version: int) -> None:
+        """A server serves weights ``version`` from now on: its evaluation is due if it is one."""
+        with self._lock:
+            if self._evals is not None and self._evals.due(version) and version not in self._evals_seen:
+                self._evals_seen.add(version)
+                self._evals_due.append(version)
+
+    def _start_due_evals(self) -> None:
+        with self._lock:
+            due, self._evals_due = self._evals_due, []
+        plan, gateway = self._evals, self._gateway.gateway
+        for version in due:
+            assert plan is not None
+            assignments = plan.assignments(version)
+            self._eval_records[version] = []
+            for assignment in assignments:
+                self._gateway.call(gateway.pool.pin_version, assignment.execution, version)
+                if plan.temperature is not None:
+                    self._gateway.call(gateway.sampling.__setitem__, assignment.execution,
+                                       {"temperature": plan.temperature})
+                self._harnesses.start(assignment, base_url=self._gateway.base_url(assignment.execution))
+
+    def _finish_eval(self, ended: HarnessExit, version: int) -> None:
+        plan, execution = self._evals, ended.assignment.execution
+        assert plan is not None
+        scored = score_execution(self._verifier, ended.assignment.task, ended.output, timed_out=ended.timed_out)
+        record = {"execution": execution, "eval": version, "task": ended.assignment.task["id"],
+                  "reward": scored.reward, "status": scored.status, "error": scored.error,
+                  "exit_code": ended.exit_code, "started_at": ended.started_at, "ended_at": ended.ended_at}
+        self._eval_log.append(record)
+        self._gateway.call(self._gateway.gateway.pool.forget_execution, execution)
+        self._gateway.call(self._gateway.gateway.sampling.pop, execution, None)
+        records = self._eval_records[version]
+        records.append(record)
+        if len(records) == len(plan.tasks) * plan.executions_per_task:
+            line = summary(records, version=version, k=plan.executions_per_task, pass_threshold=plan.pass_threshold)
+            with JsonlAppender(self._run.evals_file) as out:
+                out.append({**line, "at": time.time()})
+            del self._eval_records[version]
 
     def _finish(self, ended: HarnessExit) -> None:
         seq, task = ended.assignment.seq, ended.assignment.task
@@ -207,6 +263,7 @@ class LiveRollouts:
             # new servers with the latest weights, which makes this reload moot
             return
         self._emit(WeightsSynced(cell=cell, version=version, at=time.time()))
+        self._serving(version)
 
     def _sync_replica(self, server: CellServer, version: int) -> str:
         """What went wrong reloading ``version`` into one replica (empty: nothing)."""

@@ -27,12 +27,13 @@ def execution_id(seq: int) -> str:
     return f"e{seq:06d}"
 
 
-def load_tasks(path: Path) -> list[dict[str, Any]]:
-    """Tasks of a JSONL file (one object with at least ``id`` per line); errors name the line."""
+def load_tasks(path: Path, *, field: str = "rollout.tasks") -> list[dict[str, Any]]:
+    """Tasks of a JSONL file (one object with at least ``id`` per line); errors name the line
+    (and ``field``, the config field that named the file)."""
     try:
         lines = Path(path).read_text().splitlines()
     except OSError as exc:
-        raise UserError(f"rollout.tasks: cannot read {path}: {exc.strerror}") from None
+        raise UserError(f"{field}: cannot read {path}: {exc.strerror}") from None
     tasks = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -45,7 +46,7 @@ def load_tasks(path: Path) -> list[dict[str, Any]]:
             raise UserError(f"{path}:{number}: a task is a JSON object with an 'id'")
         tasks.append(task)
     if not tasks:
-        raise UserError(f"rollout.tasks: {path} holds no task")
+        raise UserError(f"{field}: {path} holds no task")
     return tasks
 
 

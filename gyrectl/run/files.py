@@ -33,6 +33,11 @@ _SERVER = {"name": (str,), "state": (str,), "gateway_calls": _INT, "running": _O
 STEP_METRICS = {"step": _INT, "reward_mean": _NUMBER, "executions": _INT, "naive_tokens": _INT,
                 "trained_tokens": _INT, "weight_version": _INT, "duration_s": _NUMBER}
 """The fields of a ``metrics.jsonl`` line that ``status`` and ``launch --wait`` show."""
+_OPTIONAL_NUMBER = (int, float, type(None))
+EVAL_SUMMARY = {"step": _INT, "weight_version": _INT, "tasks": _INT, "executions": _INT,
+                "reward_mean": _OPTIONAL_NUMBER, "pass_at_1": _OPTIONAL_NUMBER, "pass_at_k": _OPTIONAL_NUMBER,
+                "k": _INT}
+"""The fields of an ``evals.jsonl`` line (``status --json`` ``evals``)."""
 
 
 def read_job(run: RunDir) -> dict[str, Any] | None:

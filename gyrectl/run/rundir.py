@@ -20,6 +20,8 @@
                                        checkpoint: one shard file per rank, ``.metadata``)
       trainer/request-NNNNNN.json      asks a resident trainer to train step N: ``{"step", "group"}``
       metrics.jsonl                    one line per finished training step
+      evals.jsonl                      one line per finished evaluation (``eval-executions.jsonl``
+                                       under trajectories/ has its executions)
       workdirs/EXECUTION/              each execution's own working directory (``rollout.keep_workdirs``)
       tracking/                        TensorBoard event files, W&B offline runs
       logs/                            head, step and submitit logs
@@ -109,6 +111,16 @@ class RunDir:
     @property
     def executions_file(self) -> Path:
         return self.trajectories_dir / "executions.jsonl"
+
+    @property
+    def eval_executions_file(self) -> Path:
+        """One line per finished eval execution (``gyrectl.rollout.evals``): never trained on."""
+        return self.trajectories_dir / "eval-executions.jsonl"
+
+    @property
+    def evals_file(self) -> Path:
+        """One line per finished evaluation: reward mean, pass@1, pass@k of a weights version."""
+        return self.path / "evals.jsonl"
 
     @property
     def batches_dir(self) -> Path:

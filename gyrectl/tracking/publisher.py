@@ -49,7 +49,7 @@ class TrackingPublisher:
         """Writes the scalars not written yet; returns them."""
         with self._lock:
             scalars = run_scalars(list(read_records(self._run.metrics_file)), read_events(self._run.journal_file),
-                                  self._initial)
+                                  self._initial, list(read_records(self._run.evals_file)))
             new = sorted(s for s in scalars if (s.tag, s.step) not in self._written)
             if new:
                 for writer in self._writers:

@@ -9,6 +9,7 @@ the coordinator's journal.
                          step's end that neither served nor trained (starting, switching,
                          waiting, idle, lost: GPUs doing nothing useful)
     moves/<from>_to_<to>_s  per move (numbered in order): how long the move took
+    eval/<key>           per evaluation, at its weights version: reward_mean, pass_at_1, pass_at_k
 
 Every scalar has a step (x axis) and a wall-clock time; the same files always give the same
 scalars, so a writer only has to remember which (tag, step) it wrote.
@@ -41,10 +42,17 @@ class Scalar:
     """Seconds since the epoch (when the step or move ended; 0 if no journal says)."""
 
 
-def run_scalars(metrics: Sequence[dict[str, Any]], events: Sequence[Event],
-                initial: CoordinatorState) -> list[Scalar]:
+def run_scalars(metrics: Sequence[dict[str, Any]], events: Sequence[Event], initial: CoordinatorState,
+                evals: Sequence[dict[str, Any]] = ()) -> list[Scalar]:
     ends = {e.index: e.at for e in events if isinstance(e, TrainEnded)}
-    return [*step_scalars(metrics, ends), *idle_scalars(events, initial, ends), *move_scalars(events)]
+    return [*step_scalars(metrics, ends), *idle_scalars(events, initial, ends), *move_scalars(events),
+            *eval_scalars(evals)]
+
+
+def eval_scalars(evals: Sequence[dict[str, Any]]) -> list[Scalar]:
+    return [Scalar(f"eval/{key}", int(line["weight_version"]), float(line[key]), float(line.get("at", 0.0)))
+            for line in evals for key in ("reward_mean", "pass_at_1", "pass_at_k")
+            if isinstance(line.get(key), int | float)]
 
 
 def step_scalars(metrics: Sequence[dict[str, Any]], ends: dict[int, float]) -> list[Scalar]:

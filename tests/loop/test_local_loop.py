@@ -116,3 +116,17 @@ def test_tensorboard_reads_every_steps_scalars(cli, finished_run) -> None:
     tags = set(reader.Tags()["scalars"])
     assert {"train/loss", "train/dedup_ratio", "time_s/forward_backward", "cells/idle_fraction"} <= tags
     assert any(tag.startswith("moves/") for tag in tags)  # cell 1 moved
+
+
+def test_evaluations_ran_twice_on_held_out_tasks_and_were_never_trained(cli, finished_run) -> None:
+    view = _status(cli, finished_run)
+    evals = view["evals"]
+    assert len(evals) >= 2 and [e["weight_version"] for e in evals][:2] == [4, 8], evals
+    for line in evals:
+        assert set(line) >= {"step", "weight_version", "tasks", "executions", "reward_mean", "pass_at_1",
+                             "pass_at_k", "k"}
+        assert (line["tasks"], line["executions"], line["k"]) == (2, 4, 2)
+        assert 0.0 <= line["pass_at_1"] <= line["pass_at_k"] <= 1.0
+    trained = {e["execution"] for path in (finished_run / "batches").glob("step-*.json")
+               for e in json.loads(path.read_text())["executions"]}
+    assert trained and not any(execution.startswith("eval-") for execution in trained)

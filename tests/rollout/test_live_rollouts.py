@@ -127,3 +127,49 @@ def test_harnesses_that_end_while_the_run_stops_are_left_for_the_next_head(harne
     finally:
         rollouts.close()
         gateway.close()
+
+
+def test_evaluations_run_on_due_weights_are_recorded_apart_and_never_claimed(harness_file, tmp_path):
+    """A server starts serving v2 (due with every_steps 2): the eval's executions start, pinned to
+    v2 and at the eval's temperature, are scored into their own files, and a training step's
+    claim never takes one."""
+    from gyrectl.rollout.evals import EvalPlan
+    from gyrectl.rollout.replicas import CellServer
+
+    run = RunDir.create(tmp_path / "runs", "r")
+    plan = EvalPlan(tasks=({"id": "held-out", "answer": "12", "sleep": 1.0},), every_steps=2, executions_per_task=2,
+                    pass_threshold=0.5, temperature=0.0)
+    gateway = BackgroundGateway(GatewaySettings(token=run.token(), models=("tiny",)), sink=None)
+    rollouts = LiveRollouts(run=run, gateway=gateway, harnesses=_runner(harness_file, tmp_path),
+                            tasks=[{"id": "train", "answer": "1"}], executions_per_task=2, batch_executions=2,
+                            verifier=lambda task, output: sum(c.isdigit() for c in output["answer"]) / 2,
+                            servers=[[CellServer("cell0", "http://127.0.0.1:9")]], replicas_of=lambda cell, nodes: (),
+                            weight_sync=None, evals=plan)  # type: ignore[arg-type]
+    try:
+        rollouts.route(0, routed=True, weight_version=1)  # not due
+        rollouts.poll()
+        assert not gateway.gateway.sampling
+        rollouts.route(0, routed=True, weight_version=2)
+        rollouts.dispatch(count=2, version=2)
+        rollouts.poll()  # starts the eval
+        assert gateway.gateway.sampling == {"eval-v2-0000": {"temperature": 0.0}, "eval-v2-0001": {"temperature": 0.0}}
+        events, deadline = [], time.monotonic() + 60
+        while sum(isinstance(e, Finished) for e in events) < 2 or not run.evals_file.exists():
+            assert time.monotonic() < deadline
+            events += rollouts.poll()
+            rollouts.wait()
+        rollouts.route(0, routed=True, weight_version=2)  # v2 served again: not evaluated twice
+        rollouts.poll()
+        batch = json.loads(Path(rollouts.claim(index=0, take=((0, 2, 2),))).read_text())
+    finally:
+        rollouts.close()
+        gateway.close()
+    assert [e["execution"] for e in batch["executions"]] == ["e000000", "e000001"]
+    assert [e.seq for e in events if isinstance(e, Finished)] == [0, 1]  # evals are no training executions
+    (line,) = read_records(run.evals_file)
+    assert {k: line[k] for k in ("step", "weight_version", "tasks", "executions", "reward_mean", "pass_at_1",
+                                 "pass_at_k", "k")} == {"step": 1, "weight_version": 2, "tasks": 1, "executions": 2,
+                                                         "reward_mean": 1.0, "pass_at_1": 1.0, "pass_at_k": 1.0, "k": 2}
+    assert sorted(r["execution"] for r in read_records(run.eval_executions_file)) == ["eval-v2-0000", "eval-v2-0001"]
+    assert not any(r["execution"].startswith("eval") for r in read_records(run.executions_file))
+    assert not gateway.gateway.sampling  # forgotten once each ended

@@ -39,6 +39,10 @@ EVENTS = (PhaseChanged(cell=0, phase=Phase.STARTING, at=T0, step_id="s0"),
           PhaseChanged(cell=0, phase=Phase.DRAINING, at=T0 + 73, step_id="s0"))  # a move under way
 
 
+EVAL = {"step": 3, "weight_version": 4, "tasks": 2, "executions": 4, "reward_mean": 0.5, "pass_at_1": 0.25,
+        "pass_at_k": 0.5, "k": 2, "at": T0 + 70}
+
+
 def _full_run(tmp_path: Path) -> RunDir:
     run = RunDir.create(tmp_path, "keys")
     run.config_file.write_text(dump_config(load_config("configs/local-tiny.yaml")))
@@ -53,6 +57,7 @@ def _full_run(tmp_path: Path) -> RunDir:
     with run.journal_file.open("a") as f:
         f.write(json.dumps({"event": "head_ended", "at": T0 + 80, "reason": "stopped", "error": ""}) + "\n")
     run.metrics_file.write_text(json.dumps(STEP) + "\n")
+    run.evals_file.write_text(json.dumps(EVAL) + "\n" + json.dumps({"weight_version": "garbled"}) + "\n")
     return run
 
 
@@ -61,7 +66,7 @@ def test_status_json_keys_at_every_level(cli, tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     view = json.loads(result.stdout)
     assert list(view) == ["run_dir", "name", "job", "nodes", "note", "steps", "total_steps", "cells", "moves",
-                          "executions", "training", "servers", "servers_at", "damaged", "skipped", "records_read"]
+                          "executions", "training", "servers", "servers_at", "damaged", "skipped", "records_read", "evals"]
     assert list(view["job"]) == ["id", "backend", "state", "slurm_state", "reason", "components", "error"]
     assert [sorted(n) for n in view["nodes"]] == [sorted(NODE)] * 2
     assert [list(s) for s in view["steps"]] == [list(STEP)]
@@ -71,7 +76,8 @@ def test_status_json_keys_at_every_level(cli, tmp_path: Path) -> None:
     assert list(view["executions"]) == ["dispatched", "in_flight", "finished", "trained"]
     assert list(view["training"]) == ["index", "cells", "executions", "started_at"]
     assert [sorted(s) for s in view["servers"]] == [sorted(SERVER)]
-    assert (view["damaged"], view["skipped"]) == ({}, [])
+    assert [list(e) for e in view["evals"]] == [list(EVAL)]
+    assert view["damaged"] == {} and [s["file"].endswith("evals.jsonl") for s in view["skipped"]] == [True]
     assert list(view["records_read"]) == ["journal.jsonl", "metrics.jsonl"]
 
 

@@ -23,6 +23,7 @@ _JOB_ID = re.compile(r"local-[0-9]+")
 
 class LocalBackend(Backend):
     name = "local"
+    head_runs_here = True
 
     def dry_run(self, config: Config, *, run_dir: Path, folder: Path, python: str) -> str:
         return ("# local backend: nothing is submitted; the head runs as "

@@ -61,11 +61,13 @@ class FakeVllm:
     paths: list[str] = field(default_factory=list)
     keys: list[str] = field(default_factory=list)
     """The ``Authorization`` header of each request (the server key, when the gateway sends it)."""
+    bodies: list[Any] = field(default_factory=list)
     url: str = ""
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.paths.append(request.path)
+        self.bodies.append(body)
         self.keys.append(request.headers.get("Authorization", ""))
         mode = self.script.pop(0) if self.script else self.default
         if mode == "500":
