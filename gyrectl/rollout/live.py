@@ -247,6 +247,7 @@ class LiveRollouts:
                   else scored.status, "error": scored.error, "exit_code": ended.exit_code,
                   "weight_version": version, "started_at": ended.started_at, "ended_at": ended.ended_at}
         self._log.append(record)
+        self._gateway.call(self._gateway.gateway.pool.forget_execution, ended.assignment.execution)  # no more calls
         self._done.append(_Done(seq, ended.assignment.execution, version, scored.status == "ok", record))
         self._emit(Finished(seq=seq, version=version, timed_out=ended.timed_out, at=ended.ended_at))
 
