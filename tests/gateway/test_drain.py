@@ -95,8 +95,9 @@ def test_remove_under_a_streaming_harness(gateway, tiny_model_dir):
 def test_drain_past_grace_moves_the_stream(gateway, tiny_model_dir):
     def drain(name: str) -> None:
         gateway.admin("POST", f"/admin/servers/{name}/drain", {"grace_s": 0.3})
-        assert [s["state"] for s in gateway.admin("GET", "/admin/servers")["servers"] if s["name"] == name] == [
-            "draining"]
+        # draining while its call runs; already gone if that call had ended (a burst: retried)
+        assert [s["state"] for s in gateway.admin("GET", "/admin/servers")["servers"] if s["name"] == name] in (
+            ["draining"], [])
 
     seen, execution, server = _moved_mid_stream(gateway, "drain-grace", drain)
     record = _check_seamless(gateway, seen, execution, tiny_model_dir, server)
