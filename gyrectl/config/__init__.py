@@ -1,6 +1,7 @@
 """One typed config tree from YAML: ``schema`` (frozen dataclasses, a docstring per field),
 ``loader`` (YAML + ``--set`` overrides -> dataclasses, with field paths in every error) and
-``checks`` (cross-field rules that show their arithmetic).
+``checks`` (cross-field rules that show their arithmetic) and ``placement`` (how the GPUs make
+server engines).
 May import: errors."""
 
 from gyrectl.config.loader import apply_overrides, dump_config, load_config, parse_config

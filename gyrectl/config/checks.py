@@ -9,6 +9,7 @@ import math
 import re
 from typing import Any
 
+from gyrectl.config.placement import engine_gpus
 from gyrectl.config.schema import Config
 from gyrectl.errors import ConfigError
 
@@ -112,7 +113,7 @@ def check_config(config: Config) -> None:
             f"cluster.nodes={cluster.nodes} is not a multiple of cells.nodes_per_cell={cells.nodes_per_cell} "
             f"({cluster.nodes} % {cells.nodes_per_cell} = {cluster.nodes % cells.nodes_per_cell} node(s) "
             f"would belong to no cell)"))
-    server_gpus = model.tensor_parallel * model.pipeline_parallel
+    server_gpus = engine_gpus(config)
     if cluster.gpus_per_node > 0:
         cell_gpus = cells.nodes_per_cell * cluster.gpus_per_node
         if server_gpus > cell_gpus:

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 
 from gyrectl.cluster.backend import backend_for
 from gyrectl.cluster.base import Node, StepSpec
+from gyrectl.config.placement import replicas_per_node
 from gyrectl.config.schema import Config
 from gyrectl.coordinator.ports import batch_name
 from gyrectl.coordinator.recovery import MAX_TRAIN_ATTEMPTS
-from gyrectl.rollout.replicas import CellServer, cell_replicas, replicas_per_node
+from gyrectl.rollout.replicas import CellServer, cell_replicas
 from gyrectl.rollout.server import rollout_server, server_url
 from gyrectl.run.rundir import RunDir
 

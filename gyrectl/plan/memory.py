@@ -46,9 +46,11 @@ server add up.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from gyrectl.config.placement import engine_gpus, replicas_per_cell
 from gyrectl.config.schema import Config
 from gyrectl.plan.shape import ModelShape
 
@@ -104,13 +106,10 @@ def gb(value: float) -> float:
 def memory_plan(config: Config, shape: ModelShape) -> MemoryPlan:
     train, ranks = train_parts(config, shape)
     serve = serve_parts(config, shape)
-    gpus_per_replica = config.model.tensor_parallel * config.model.pipeline_parallel
-    cell_gpus = config.cells.nodes_per_cell * max(config.cluster.gpus_per_node, 1)
-    host = host_per_node(config, shape, train=train, serve=serve, ranks=ranks)
     plan = MemoryPlan(shape=shape, train_ranks=ranks, train=train, serve=serve,
-                      replicas_per_cell=max(cell_gpus // gpus_per_replica, 1), gpus_per_replica=gpus_per_replica,
-                      host_per_node=host)
-    return MemoryPlan(**{**plan.__dict__, "problems": tuple(problems(config, plan))})
+                      replicas_per_cell=replicas_per_cell(config), gpus_per_replica=engine_gpus(config),
+                      host_per_node=host_per_node(config, shape, train=train, serve=serve, ranks=ranks))
+    return dataclasses.replace(plan, problems=tuple(problems(config, plan)))
 
 
 def training_ranks(config: Config) -> int:
@@ -145,7 +144,7 @@ def max_model_len(config: Config, shape: ModelShape) -> int:
 
 def serve_parts(config: Config, shape: ModelShape) -> dict[str, float]:
     model, c = config.model, DTYPE_BYTES[config.model.dtype]
-    gpus = model.tensor_parallel * model.pipeline_parallel
+    gpus = engine_gpus(config)
     kv_heads_per_gpu = max(shape.kv_heads / model.tensor_parallel, 1)
     kv_per_token = 2 * (shape.layers / model.pipeline_parallel) * kv_heads_per_gpu * shape.head_dim * c
     tokens = config.rollout.concurrency_per_server * max_model_len(config, shape)

@@ -1,9 +1,8 @@
 """Where a cell's vLLM engines run and answer: one replica per GPU group, or one engine across nodes.
 
-A cell's server step runs on every node of the cell. How many engines that makes, and which node
-of each takes HTTP calls, is a pure function of the config:
+A cell's server step runs on every node of the cell. How many engines that makes is the config's
+arithmetic (:mod:`gyrectl.config.placement`); here each becomes a replica with a place:
 
-    G = tensor_parallel x pipeline_parallel GPUs per engine
     no GPUs (CPU nodes)        one replica per node
     G <= gpus_per_node         gpus_per_node / G replicas per node, each on its own GPU group
                                (a slot: GPUs slot*G .. slot*G+G-1) and its own port (base + slot)
@@ -19,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gyrectl.config.placement import nodes_per_engine, replicas_per_node
 from gyrectl.config.schema import Config
 
 
@@ -46,24 +46,6 @@ class CellServer:
     """The node it answers on."""
 
 
-def engine_gpus(config: Config) -> int:
-    return config.model.tensor_parallel * config.model.pipeline_parallel
-
-
-def replicas_per_node(config: Config) -> int:
-    """Replicas on each node; 0 when one engine spans several nodes."""
-    gpus = config.cluster.gpus_per_node
-    if gpus == 0:
-        return 1
-    return gpus // engine_gpus(config)
-
-
-def nodes_per_engine(config: Config) -> int:
-    """Nodes one engine spans: 1 unless an engine needs more GPUs than a node has."""
-    gpus = config.cluster.gpus_per_node
-    return 1 if gpus == 0 or engine_gpus(config) <= gpus else engine_gpus(config) // gpus
-
-
 def cell_replicas(config: Config, *, cell: int, nodes: tuple[str, ...]) -> tuple[Replica, ...]:
     """The replicas of ``cell`` on ``nodes`` (in node order, then slot)."""
     span = nodes_per_engine(config)
@@ -71,7 +53,3 @@ def cell_replicas(config: Config, *, cell: int, nodes: tuple[str, ...]) -> tuple
     single = len(places) == 1
     return tuple(Replica(cell=cell, index=i, node=node, slot=slot, name=f"cell{cell}" if single else f"cell{cell}.{i}")
                  for i, (node, slot) in enumerate(places))
-
-
-def replicas_per_cell(config: Config) -> int:
-    return len(cell_replicas(config, cell=0, nodes=tuple(f"n{i}" for i in range(config.cells.nodes_per_cell))))

@@ -43,9 +43,9 @@ from pathlib import Path
 from typing import Any
 
 from gyrectl.cluster.backend import backend_for
+from gyrectl.config.placement import engine_gpus, nodes_per_engine, replicas_per_node
 from gyrectl.config.schema import Config
 from gyrectl.rollout.guard import KEY_ENV, MIDDLEWARE
-from gyrectl.rollout.replicas import engine_gpus, nodes_per_engine, replicas_per_node
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 MAX_LOGPROBS = 20

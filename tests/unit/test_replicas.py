@@ -19,10 +19,11 @@ from gyrectl.cluster.base import Node
 from gyrectl.cluster.slurm.bind import split_options, task_command
 from gyrectl.cluster.slurm.hetjob import srun_argv
 from gyrectl.config import parse_config
+from gyrectl.config.placement import nodes_per_engine, replicas_per_cell, replicas_per_node
 from gyrectl.config.schema import Config
 from gyrectl.errors import ConfigError
 from gyrectl.launch.steps import step_factory
-from gyrectl.rollout.replicas import cell_replicas, nodes_per_engine, replicas_per_cell, replicas_per_node
+from gyrectl.rollout.replicas import cell_replicas
 from gyrectl.run.rundir import RunDir
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -54,12 +55,14 @@ def test_gpu_groups_of_a_node_are_replicas_of_their_own():
     config = gpu_config(tp=2)
     assert (replicas_per_node(config), nodes_per_engine(config), replicas_per_cell(config)) == (4, 1, 8)
     replicas = cell_replicas(config, cell=0, nodes=NODES[:2])
+    assert len(replicas) == replicas_per_cell(config)
     assert [(r.name, r.node, r.slot) for r in replicas[3:5]] == [("cell0.3", "gpu-a", 3), ("cell0.4", "gpu-b", 0)]
 
 
 def test_an_engine_bigger_than_a_node_spans_nodes_and_answers_on_the_first():
     config = gpu_config(tp=8, pp=2, nodes_per_cell=4)
     assert (replicas_per_node(config), nodes_per_engine(config), replicas_per_cell(config)) == (0, 2, 2)
+    assert len(cell_replicas(config, cell=0, nodes=NODES)) == replicas_per_cell(config)
     assert [(r.name, r.node) for r in cell_replicas(config, cell=0, nodes=NODES)] == [("cell0.0", "gpu-a"),
                                                                                      ("cell0.1", "gpu-c")]
 

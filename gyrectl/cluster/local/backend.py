@@ -13,6 +13,7 @@ from pathlib import Path
 from gyrectl.cluster.backend import Backend, Head, JobView, head_ended
 from gyrectl.cluster.base import Cluster
 from gyrectl.cluster.local.cluster import LocalCluster
+from gyrectl.config.placement import replicas_per_node
 from gyrectl.config.schema import Config
 from gyrectl.errors import UserError
 from gyrectl.run.rundir import RunDir
@@ -56,8 +57,7 @@ class LocalBackend(Backend):
         return ("--host", LOOPBACK)
 
     def check_before_submitting(self, config: Config, *, run_dir: Path) -> None:
-        engine_gpus = config.model.tensor_parallel * config.model.pipeline_parallel
-        per_node = config.cluster.gpus_per_node // engine_gpus if config.cluster.gpus_per_node else 1
+        per_node = replicas_per_node(config)
         if config.cells.nodes_per_cell != 1 or per_node != 1:
             raise UserError(
                 f"cells.nodes_per_cell: the local backend runs each step as one process on this machine, so a cell "
