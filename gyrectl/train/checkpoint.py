@@ -44,7 +44,9 @@ from gyrectl.store.folders import commit_folder
 STEP_RECORD = "gyrectl-step.json"
 """The metrics line of the step that produced a version, inside it (re-appended by a retry that
 finds the version but not its line)."""
-WEIGHT_FILES = (".safetensors", ".bin", ".pt", "model.safetensors.index.json", STEP_RECORD)
+INDEX = "model.safetensors.index.json"
+"""Which of a version's ``*.safetensors`` files holds each tensor (HF's sharded layout)."""
+WEIGHT_FILES = (".safetensors", ".bin", ".pt", INDEX, STEP_RECORD)
 """What a version folder holds besides its config, tokenizer and generation files."""
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -29,11 +29,9 @@ from torch.distributed.tensor import DTensor
 
 from gyrectl.run.rundir import RunDir
 from gyrectl.store.folders import commit_folder
-from gyrectl.train.checkpoint import STEP_RECORD, WEIGHT_FILES
+from gyrectl.train.checkpoint import INDEX, STEP_RECORD, WEIGHT_FILES
 from gyrectl.train.distributed import World, barrier
 from gyrectl.train.policy_load import tied_aliases
-
-INDEX = "model.safetensors.index.json"
 
 
 def export_policy(*, run: RunDir, version: int, model: torch.nn.Module, dtype: torch.dtype,
@@ -42,8 +40,8 @@ def export_policy(*, run: RunDir, version: int, model: torch.nn.Module, dtype: t
     final = run.weights_dir(version)
     tmp = _shared_tmp(run, final, world=world)
     tensors = exported_tensors(model)
-    owner = assign_files({name: t.numel() * dtype.itemsize for name, t in tensors.items()},
-                         parts=world.world_size)
+    sizes = {name: t.numel() * dtype.itemsize for name, t in tensors.items()}
+    owner = assign_files(sizes, parts=world.world_size)
     mine: dict[str, torch.Tensor] = {}
     for name, tensor in tensors.items():  # the same order on every rank: the gathers pair up
         full = tensor.to(dtype).full_tensor() if isinstance(tensor, DTensor) else tensor.to(dtype)
@@ -60,7 +58,7 @@ def export_policy(*, run: RunDir, version: int, model: torch.nn.Module, dtype: t
     if world.is_main:
         _write_folder_files(run=run, version=version, tmp=tmp, dtype=dtype, step_record=step_record,
                             weight_map={name: file_name(owner[name], parts=world.world_size) for name in tensors},
-                            total_size=sum(t.numel() * dtype.itemsize for t in tensors.values()))
+                            total_size=sum(sizes.values()))
         commit_folder(tmp, final)
     return final
 

@@ -54,8 +54,8 @@ def load_policy(model: torch.nn.Module, *, run: RunDir, version: int, world: Wor
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model = shard_model(model, world=world, compute_dtype=compute_dtype)
     model.to_empty(device=world.device)
-    state = {name: tensor for name, tensor in get_model_state_dict(model).items()
-             if name not in tied_aliases(model)}  # a tied head is read once, as the embedding
+    aliases = tied_aliases(model)  # a tied head is read once, as the embedding
+    state = {name: tensor for name, tensor in get_model_state_dict(model).items() if name not in aliases}
     reader = HuggingFaceStorageReader(str(folder))
     missing = sorted(set(state) - set(reader.read_metadata().state_dict_metadata))
     if missing:

@@ -4,8 +4,9 @@
                           if a crash lost it)
     1. join the process group (torchrun's, or a group of one)
     2. prepare the trainer: vN as sharded float32 master weights (FSDP2; each rank reads its
-       own slices of the folder), AdamW with the state step N-1 left -- or, in a resident trainer that just trained step N-1, take the
-       model and AdamW it holds in memory (see :mod:`gyrectl.train.resident`)
+       own slices of the folder), AdamW with the state step N-1 left -- or, in a resident
+       trainer that just trained step N-1, take the model and AdamW it holds in memory (see
+       :mod:`gyrectl.train.resident`)
     3. build the batch: batch file -> calls -> trees -> dedup -> packed micro-batches, advantages
     4. forward/backward over this rank's micro-batches (round-robin), GRPO loss
     5. one AdamW step (gradients summed over ranks by FSDP2's reduce-scatter)

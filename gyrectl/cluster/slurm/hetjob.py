@@ -66,8 +66,9 @@ def node_address(name: str, node: Mapping[str, str] | None = None) -> str:
 
 def srun_argv(spec: StepSpec, *, target: str, step_name: str | None = None) -> list[str]:
     """``srun`` for one role step (``slurm_templates/step.srun``): exact resources, explicit
-    nodes, ``tasks_per_node`` tasks on each (sharing the node's CPUs), then the step's command. ``target`` says which job's allocation the
-    step goes into (``--het-group=1``, ``--jobid=J``, or empty for the job srun runs in)."""
+    nodes, ``tasks_per_node`` tasks on each (sharing the node's CPUs), then the step's command.
+    ``target`` says which job's allocation the step goes into (``--het-group=1``, ``--jobid=J``,
+    or empty for the job srun runs in)."""
     text = render_template(
         "step.srun", target=target, num_nodes=str(len(spec.nodes)),
         num_tasks=str(len(spec.nodes) * spec.tasks_per_node), tasks_per_node=str(spec.tasks_per_node),
