@@ -180,6 +180,7 @@ class LiveRollouts:
                     self._finish(ended)
                 else:
                     self._finish_eval(ended, version)
+                self._forget(ended.assignment.execution)
             self._start_due_evals()
         with self._lock:
             events, self._outbox = self._outbox, []
@@ -228,8 +229,6 @@ class LiveRollouts:
                   "reward": scored.reward, "status": scored.status, "error": scored.error,
                   "exit_code": ended.exit_code, "started_at": ended.started_at, "ended_at": ended.ended_at}
         self._eval_log.append(record)
-        self._gateway.call(self._gateway.gateway.pool.forget_execution, execution)
-        self._gateway.call(self._gateway.gateway.sampling.pop, execution, None)
         records = self._eval_records[version]
         records.append(record)
         if len(records) == len(plan.tasks) * plan.executions_per_task:
@@ -247,9 +246,15 @@ class LiveRollouts:
                   else scored.status, "error": scored.error, "exit_code": ended.exit_code,
                   "weight_version": version, "started_at": ended.started_at, "ended_at": ended.ended_at}
         self._log.append(record)
-        self._gateway.call(self._gateway.gateway.pool.forget_execution, ended.assignment.execution)  # no more calls
         self._done.append(_Done(seq, ended.assignment.execution, version, scored.status == "ok", record))
         self._emit(Finished(seq=seq, version=version, timed_out=ended.timed_out, at=ended.ended_at))
+
+    def _forget(self, execution: str) -> None:
+        """An ended execution makes no more calls: the gateway drops its stickiness, version pin
+        and sampling fields."""
+        gateway = self._gateway.gateway
+        self._gateway.call(gateway.pool.forget_execution, execution)
+        self._gateway.call(gateway.sampling.pop, execution, None)
 
     def _sync(self, cell: int, version: int) -> None:
         """Every replica of the cell reloads ``version`` (at once: each is its own engine); the
