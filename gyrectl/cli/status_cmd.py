@@ -19,10 +19,10 @@ from gyrectl.cluster.backend import backend_named
 from gyrectl.coordinator.journal import read_events
 from gyrectl.coordinator.state import initial_state, limits_from_config
 from gyrectl.errors import RuntimeFailure, UserError
-from gyrectl.launch.status import RunView, run_view
+from gyrectl.launch.status import RunView, finished_evals, run_view
 from gyrectl.run.files import run_config
 from gyrectl.run.rundir import RunDir
-from gyrectl.store.jsonl import read_records
+from gyrectl.store.jsonl import scan_jsonl
 
 WatchOpt = Annotated[bool, typer.Option("--watch", "-w", help="Refresh until the run ends (live view on a terminal).")]
 IntervalOpt = Annotated[float, typer.Option(help="Seconds between refreshes with --watch.")]
@@ -173,8 +173,9 @@ def write_timeline(run: RunDir, path: Path) -> None:
     if not events:
         raise UserError(f"{run.path}: the journal holds no coordinator event yet; nothing to draw")
     config = run_config(run)
-    evals = [line for line in read_records(run.evals_file) if isinstance(line.get("at"), int | float)]
-    marks = [(line["at"], f"eval v{line.get('weight_version')}: pass@1 {line.get('pass_at_1')}") for line in evals]
+    evals, _ = finished_evals(scan_jsonl(run.evals_file))  # the lines status shows, checked the same way
+    marks = [(e.record["at"], f"eval v{e.weight_version}: pass@1 {e.pass_at_1}") for e in evals
+             if isinstance(e.record.get("at"), int | float)]
     draw_timeline(path, initial=initial_state(limits_from_config(config)), events=events, wall_clock=True,
                   title=f"{run.name}: {config.scheduler.policy}, {config.num_cells} cells", marks=marks)
     err.print(escape(f"timeline written to {path}"), highlight=False, soft_wrap=True)

@@ -120,6 +120,10 @@ def test_status_timeline_draws_a_real_runs_journal(cli, tmp_path: Path) -> None:
     assert (1, "training", 91.0, 120.0) in segments and (0, "rollout", 30.0, 120.0) in segments
     assert min(start for _, _, start, _ in segments) == 0.0
 
+    # an evaluation is drawn as a labelled line; a line that is no evaluation's summary is left out
+    run.evals_file.write_text(json.dumps({"step": 0, "weight_version": 1, "tasks": 2, "executions": 4, "reward_mean": 0.5,
+                                          "pass_at_1": 0.25, "pass_at_k": 0.5, "k": 2, "at": t0 + 110}) + "\n"
+                              + json.dumps({"weight_version": "garbled"}) + "\n")
     png = tmp_path / "roles.png"
     drawn = cli("status", str(run.path), "--timeline", str(png))
     assert drawn.returncode == 0, drawn.stderr
