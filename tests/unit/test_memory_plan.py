@@ -151,11 +151,11 @@ def test_an_unknown_model_is_a_user_error_for_plan_and_not_checked_elsewhere(cli
     assert cli("config", "check", EXAMPLE, "--set", "model.path=/nowhere/my-model").returncode == 0
 
 
-def test_config_check_json_carries_the_plan(cli):
+def test_config_check_json_carries_the_plan(cli, tiny_model_dir):
     data = json.loads(cli("config", "check", EXAMPLE, "--json").stdout)
     assert data["plan"]["fits"] is True and data["plan"]["serve"]["replicas_per_cell"] == 4
-    local = json.loads(cli("config", "check", "configs/local-tiny.yaml", "--json").stdout)
-    assert local["plan"]["model"]["params"] == 1_344_640  # read from models/tiny/config.json
+    local = cli("config", "check", "configs/local-tiny.yaml", "--json", "--set", f"model.path={tiny_model_dir}")
+    assert json.loads(local.stdout)["plan"]["model"]["params"] == 1_344_640  # read from the tiny model's config.json
 
 
 def test_a_cpu_config_sums_both_roles_into_host_memory():
