@@ -17,6 +17,10 @@ from pathlib import Path
 from gyrectl.errors import RuntimeFailure
 
 
+HARNESS_GROUP = 2
+"""``Node.het_group`` of a harness node (``cluster.harnesses.nodes``)."""
+
+
 @dataclass(frozen=True)
 class Node:
     """One node of the allocation, as discovered on the head."""
@@ -25,7 +29,7 @@ class Node:
     """Hostname (Slurm node name, or ``local-N`` for the local backend's virtual nodes)."""
     het_group: int
     """0 = the head (coordinator), 1 = a worker: the het-job component in the hetjob layout, the
-    same numbers for the head's job and the cell jobs in the cells layout."""
+    same numbers for the head's job and the cell jobs in the cells layout; 2 = a harness node."""
     gpus: int
     """GPUs the allocation holds on this node."""
     cpus: int
@@ -99,6 +103,11 @@ class Cluster(abc.ABC):
     @abc.abstractmethod
     def step_status(self, step_id: str) -> StepStatus:
         """Current state of a step started by :meth:`start_step`."""
+
+    def harness_nodes(self) -> Sequence[Node]:
+        """Nodes of the allocation that run agent harnesses (``cluster.harnesses.nodes``), known
+        once :meth:`discover` returned; none by default (the harnesses run on the head)."""
+        return ()
 
     def lost_cells(self) -> set[int]:
         """Cells (``discover``'s workers in order, ``cells.nodes_per_cell`` to a cell) whose nodes the

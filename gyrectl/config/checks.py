@@ -100,6 +100,9 @@ def check_config(config: Config) -> None:
     _at_least("cluster.gpu_memory_gb", cluster.gpu_memory_gb, 0)
     _at_least("cluster.head.cpus", cluster.head.cpus, 1)
     _at_least("cluster.head.mem_gb", cluster.head.mem_gb, 0)
+    _at_least("cluster.harnesses.nodes", cluster.harnesses.nodes, 0)
+    _at_least("cluster.harnesses.cpus", cluster.harnesses.cpus, 1)
+    _at_least("cluster.harnesses.mem_gb", cluster.harnesses.mem_gb, 0)
     for i, line in enumerate(cluster.extra_sbatch):
         if line.lstrip().startswith("#SBATCH"):
             raise ConfigError(f"cluster.extra_sbatch[{i}]", f"write the option without '#SBATCH' "

@@ -30,11 +30,27 @@ class RunConfig:
 @dataclass(frozen=True)
 class HeadConfig:
     cpus: int = 2
-    """CPUs of the head component (coordinator, gateway, agent harnesses)."""
+    """CPUs of the head component (coordinator, gateway, and the agent harnesses unless
+    ``cluster.harnesses.nodes`` gives them nodes of their own)."""
     mem_gb: int = 0
     """Memory of the head component in GB (0 = the partition's default)."""
     partition: str = ""
     """Partition of the head component (empty = ``cluster.partition``); often a CPU partition."""
+
+
+@dataclass(frozen=True)
+class HarnessNodesConfig:
+    nodes: int = 0
+    """CPU nodes that run the agent harnesses, each in a Slurm job of its own (``cells`` layout; on
+    the local backend, virtual nodes on this machine); they reach the head's gateway over the
+    network. 0 = the harnesses run on the head. A harness node that dies loses its executions as
+    infrastructure failures, never trained, and they run again on the others."""
+    cpus: int = 2
+    """CPUs of each harness node's job."""
+    mem_gb: int = 0
+    """Memory of each harness node's job in GB (0 = the partition's default)."""
+    partition: str = ""
+    """Partition of the harness nodes (empty = ``cluster.partition``); often a CPU partition."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +86,8 @@ class ClusterConfig:
     ``gyrectl plan``, ``config check`` and ``launch`` check; 0 = not known, not checked."""
     head: HeadConfig = field(default_factory=HeadConfig)
     """The CPU component that runs the coordinator."""
+    harnesses: HarnessNodesConfig = field(default_factory=HarnessNodesConfig)
+    """Nodes of their own for the agent harnesses (none by default: they run on the head)."""
     extra_sbatch: tuple[str, ...] = ()
     """Extra ``#SBATCH`` lines for every component, without the prefix (``--constraint=h100``)."""
     setup: tuple[str, ...] = ()

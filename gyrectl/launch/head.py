@@ -73,9 +73,10 @@ def run_head(run_path: str) -> str:
         error = ""
         try:
             nodes = list(cluster.discover())  # in the cells layout: waits for every cell's job to start
-            table = node_table(nodes)
+            table = node_table([*nodes, *cluster.harness_nodes()])
             run.write_json(run.nodes_file, table)
-            journal.append({"event": "nodes_discovered", "at": time.time(), "nodes": [n.name for n in nodes]})
+            journal.append({"event": "nodes_discovered", "at": time.time(), "nodes": [n.name for n in nodes],
+                            "harness_nodes": [n.name for n in cluster.harness_nodes()]})
             if runnable(config):
                 final = run_loop(run=run, config=config, cluster=cluster, nodes=nodes, table=table, launch_dir=Path.cwd(),
                                  stopped=stopped)

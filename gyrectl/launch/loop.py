@@ -1,7 +1,8 @@
 """The RL loop on a real allocation: what the head runs once it knows its nodes.
 
     checkpoints/v0 -> the configured model
-    gateway (background thread, capture store sink) + harness runner + live rollouts
+    gateway (background thread, capture store sink) + harnesses (on the head, or agents on the
+        harness nodes) + live rollouts
     actuator over the Cluster (vLLM server steps, torchrun training members)
     run_coordinator(policy) until the configured steps are trained or the run is stopped
     tracking (background thread): metrics and journal -> TensorBoard (and W&B) scalars
@@ -19,7 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from gyrectl.capture.store import CaptureWriter
-from gyrectl.cluster.base import Cluster, Node
+from gyrectl.cluster.base import HARNESS_GROUP, Cluster, Node
 from gyrectl.config.schema import Config
 from gyrectl.coordinator.actuator import Actuator, cells_of
 from gyrectl.coordinator.events import CellLost, CellPlaced, Event, PhaseChanged, Resumed, apply
@@ -31,7 +32,8 @@ from gyrectl.gateway.settings import GatewaySettings
 from gyrectl.launch.steps import step_factory
 from gyrectl.launch.trainers import RunDirTrainers
 from gyrectl.rollout.evals import EvalPlan
-from gyrectl.rollout.harnesses import HarnessRunner
+from gyrectl.rollout.harness_nodes import RemoteHarnesses
+from gyrectl.rollout.harnesses import HarnessSettings
 from gyrectl.rollout.live import LiveRollouts
 from gyrectl.rollout.load import LoadPublisher
 from gyrectl.rollout.resume import carry_over
@@ -54,7 +56,9 @@ class NodeRoles:
         self._workers = [row for row in table if row["het_group"] == 1]
         for row in table:
             if row["het_group"] == 0:
-                row["role"] = "coordinator"  # the head: coordinator, gateway and agent harnesses
+                row["role"] = "coordinator"  # the head: coordinator, gateway (and harnesses, without harness nodes)
+            elif row["het_group"] == HARNESS_GROUP:
+                row["role"] = "harnesses"
         run.write_json(run.nodes_file, table)
 
     def append(self, event: Event) -> None:
@@ -94,21 +98,28 @@ def run_loop(*, run: RunDir, config: Config, cluster: Cluster, nodes: Sequence[N
     _link_initial_weights(run, config, launch_dir)
     token, server_key, served = run.token(), run.server_key(), served_model_name(config)
     writer = CaptureWriter(run.calls_store)
+    harness_nodes = cluster.harness_nodes()
     # A call waits for a server as long as its execution may run: while a crashed cell's server
     # restarts, or while every cell is between roles, harnesses see a slow call, not an error.
+    # Harnesses on other nodes reach the gateway at the head's cluster address.
+    reach = {"host": "0.0.0.0", "advertised_host": nodes[0].address or nodes[0].name} if harness_nodes else {}
     settings = GatewaySettings(token=token, admin_token=run.admin_token(), server_key=server_key,
-                               models=(served,), server_wait_s=config.rollout.execution_time_limit_s)
+                               models=(served,), server_wait_s=config.rollout.execution_time_limit_s, **reach)
     gateway = BackgroundGateway(settings, sink=writer)
     steps = step_factory(config, run=run)
     cell_nodes = cells_of(nodes, config.cells.nodes_per_cell)
     node_of = {node.name: node for node in nodes}
     servers = [steps.replicas(cell=cell, nodes=[node_of[name] for name in names])
                for cell, names in enumerate(cell_nodes)]
-    harnesses = HarnessRunner(command=_harness_argv(config.rollout.harness_command, launch_dir), cwd=launch_dir,
-                              env={"OPENAI_API_KEY": token, "OPENAI_MODEL": served},
-                              time_limit_s=config.rollout.execution_time_limit_s, logs_dir=run.logs_dir / "executions",
-                              workdirs=run.workdir, sandbox=harness_sandbox(config, run, launch_dir),
-                              keep_workdirs=config.rollout.keep_workdirs)
+    harness = HarnessSettings(command=tuple(_harness_argv(config.rollout.harness_command, launch_dir)),
+                              launch_dir=launch_dir, env={"OPENAI_API_KEY": token, "OPENAI_MODEL": served},
+                              time_limit_s=config.rollout.execution_time_limit_s,
+                              sandbox=harness_sandbox(config, run, launch_dir), keep_workdirs=config.rollout.keep_workdirs)
+    if harness_nodes:  # each agent checks the sandbox's program on its own node
+        harnesses = RemoteHarnesses(run=run, cluster=cluster, nodes=harness_nodes, settings=harness)
+    else:
+        harness.sandbox.require()
+        harnesses = harness.runner(run)
     rollouts = LiveRollouts(run=run, gateway=gateway, harnesses=harnesses,
                             tasks=tasks,
                             executions_per_task=config.rollout.executions_per_task,
@@ -156,9 +167,7 @@ def harness_sandbox(config: Config, run: RunDir, launch_dir: Path) -> Sandbox:
     readable, the run directory (its secrets, the other executions) hidden."""
     rollout = config.rollout
     readable = (launch_dir.resolve(), *(Path(p).expanduser().resolve() for p in rollout.sandbox_read))
-    sandbox = Sandbox(rollout.sandbox, readable=readable, hidden=(run.path.resolve(),), image=rollout.apptainer_image)
-    sandbox.require()
-    return sandbox
+    return Sandbox(rollout.sandbox, readable=readable, hidden=(run.path.resolve(),), image=rollout.apptainer_image)
 
 
 def _link_initial_weights(run: RunDir, config: Config, launch_dir: Path) -> None:

@@ -5,11 +5,19 @@ The harness is a black box. It learns where to send its calls from ``OPENAI_BASE
 ``OPENAI_API_KEY`` / ``OPENAI_MODEL`` (an execution-specific gateway URL, so its calls are
 attributed without changing it) and its task from ``GYRECTL_TASK``; the last line of its stdout
 that is a JSON object is its *output*, which the verifier scores. A harness still running at
-the time limit gets SIGTERM, then SIGKILL, and is scored on whatever output it printed.
+the time limit gets SIGTERM, then SIGKILL, and is scored on whatever output it printed. A harness
+dies with the process that started it (util-linux's ``setpriv --pdeathsig KILL``, where the
+machine has it), so a head or harness agent killed outright leaves no harness behind still
+calling the gateway. (Not ``preexec_fn``: Python code between fork and exec can deadlock in a
+process with threads, and the head runs the gateway on one.)
 
 Each execution runs in its own working directory (``workdirs``; the launch directory is in
 ``GYRECTL_LAUNCH_DIR``), inside the configured sandbox (:mod:`gyrectl.rollout.sandbox`), and the
 directory is removed once the execution ended unless ``keep_workdirs``.
+
+:class:`HarnessSettings` is all of that as plain data: the head builds its runner from it, and
+writes it for the harness agents of harness nodes (:mod:`gyrectl.rollout.harness_nodes`), which
+build theirs from the same.
 """
 
 from __future__ import annotations
@@ -18,15 +26,17 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from gyrectl.rollout.sandbox import Sandbox
 from gyrectl.rollout.tasks import Assignment
+from gyrectl.run.rundir import RunDir
 
 
 @dataclass(frozen=True)
@@ -38,6 +48,61 @@ class HarnessExit:
     """The last JSON object the harness printed on stdout (None if it printed none)."""
     started_at: float
     ended_at: float
+    host: str = ""
+    """The machine the harness ran on (its hostname)."""
+    lost_on: str = ""
+    """The harness node that was lost while the execution ran there (it did not end: it runs
+    again); empty for an execution that ended."""
+
+
+class Harnesses(Protocol):
+    """Where executions run: :class:`HarnessRunner` on this machine, or
+    :class:`~gyrectl.rollout.harness_nodes.RemoteHarnesses` on harness nodes."""
+
+    @property
+    def num_running(self) -> int: ...
+
+    def start(self, assignment: Assignment, *, base_url: str) -> None: ...
+
+    def reap(self) -> list[HarnessExit]:
+        """Executions that ended (or were lost) since the last call."""
+        ...
+
+    def stop_all(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class HarnessSettings:
+    """How every harness of a run is started, wherever it runs."""
+
+    command: tuple[str, ...]
+    launch_dir: Path
+    """Where ``gyrectl launch`` ran: the harness's files, ``GYRECTL_LAUNCH_DIR``."""
+    env: dict[str, str]
+    """Added to the environment (``OPENAI_API_KEY``, ``OPENAI_MODEL``)."""
+    time_limit_s: float
+    sandbox: Sandbox
+    keep_workdirs: bool
+
+    def runner(self, run: RunDir) -> HarnessRunner:
+        return HarnessRunner(command=self.command, cwd=self.launch_dir, env=self.env, time_limit_s=self.time_limit_s,
+                             logs_dir=run.logs_dir / "executions", workdirs=run.workdir, sandbox=self.sandbox,
+                             keep_workdirs=self.keep_workdirs)
+
+    def to_json(self) -> dict[str, Any]:
+        sandbox = self.sandbox
+        return {"command": list(self.command), "launch_dir": str(self.launch_dir), "env": self.env,
+                "time_limit_s": self.time_limit_s, "keep_workdirs": self.keep_workdirs,
+                "sandbox": {"kind": sandbox.kind, "readable": [str(p) for p in sandbox.readable],
+                            "hidden": [str(p) for p in sandbox.hidden], "image": sandbox.image}}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> HarnessSettings:
+        sandbox = data["sandbox"]
+        return cls(command=tuple(data["command"]), launch_dir=Path(data["launch_dir"]), env=dict(data["env"]),
+                   time_limit_s=float(data["time_limit_s"]), keep_workdirs=bool(data["keep_workdirs"]),
+                   sandbox=Sandbox(sandbox["kind"], readable=tuple(Path(p) for p in sandbox["readable"]),
+                                   hidden=tuple(Path(p) for p in sandbox["hidden"]), image=sandbox["image"]))
 
 
 @dataclass
@@ -73,7 +138,7 @@ class HarnessRunner:
                "GYRECTL_EXECUTION": assignment.execution, "GYRECTL_LAUNCH_DIR": str(self._cwd)}
         workdir = self._workdir(assignment.execution)
         workdir.mkdir(parents=True, exist_ok=True)
-        argv = self._sandbox.wrap(self._command, workdir=workdir)
+        argv = [*_DIE_WITH_PARENT, *self._sandbox.wrap(self._command, workdir=workdir)]
         stdout_path = self._logs_dir / f"{assignment.execution}.out"
         with open(stdout_path, "wb") as stdout, open(self._logs_dir / f"{assignment.execution}.err", "wb") as stderr:
             process = subprocess.Popen(argv, cwd=workdir, env=env, stdout=stdout, stderr=stderr,
@@ -93,7 +158,7 @@ class HarnessRunner:
             del self._running[execution]
             ended.append(HarnessExit(run.assignment, timed_out=run.kill_at is not None, exit_code=code,
                                      output=last_json_object(run.stdout_path), started_at=run.started_at,
-                                     ended_at=now))
+                                     ended_at=now, host=_HOST))
             if self._workdirs is not None and not self._keep_workdirs:
                 shutil.rmtree(self._workdir(execution), ignore_errors=True)
         return ended
@@ -113,6 +178,12 @@ class HarnessRunner:
             run.kill_at = now + self._kill_grace_s
         elif run.kill_at is not None and now >= run.kill_at:
             _signal(run.process, signal.SIGKILL)
+
+
+_HOST = socket.gethostname()
+_DIE_WITH_PARENT = ("setpriv", "--pdeathsig", "KILL", "--") if shutil.which("setpriv") else ()
+"""Before the command: SIGKILL once the thread that started it is gone (every harness is started
+from the coordinator's or the agent's main thread)."""
 
 
 def last_json_object(path: Path) -> dict[str, Any] | None:

@@ -16,7 +16,9 @@ cells' vLLM steps, and time is the wall clock.
                         scored into eval-executions.jsonl and evals.jsonl, never claimed
 
 An infrastructure failure (the verifier kept raising) counts as finished for scheduling, so the
-run goes on, but it is left out of the batch file: never trained, never a zero reward.
+run goes on, but it is left out of the batch file: never trained, never a zero reward. An
+execution whose harness node was lost is recorded as one too (``rerun``: the id it runs again
+under, same sequence number and weights) and is not finished: it runs again on another node.
 """
 
 from __future__ import annotations
@@ -34,14 +36,14 @@ from gyrectl.errors import RuntimeFailure
 from gyrectl.gateway.background import BackgroundGateway
 from gyrectl.cluster.base import Node
 from gyrectl.rollout.evals import EvalPlan, eval_version, summary
-from gyrectl.rollout.harnesses import HarnessExit, HarnessRunner
+from gyrectl.rollout.harnesses import Harnesses, HarnessExit
 from gyrectl.rollout.http import ServerCallError, get
 from gyrectl.rollout.replicas import CellServer
 from gyrectl.rollout.resume import CarriedOver
 from gyrectl.rollout.reward import Verifier, score_execution
 from gyrectl.rollout.sleep import sleep_server, wake_server
 from gyrectl.rollout.sync import WeightSync
-from gyrectl.rollout.tasks import assign
+from gyrectl.rollout.tasks import Assignment, assign, rerun_id
 from gyrectl.run.rundir import RunDir
 from gyrectl.store.jsonl import JsonlAppender
 
@@ -56,7 +58,7 @@ class _Done:
 
 
 class LiveRollouts:
-    def __init__(self, *, run: RunDir, gateway: BackgroundGateway, harnesses: HarnessRunner,
+    def __init__(self, *, run: RunDir, gateway: BackgroundGateway, harnesses: Harnesses,
                  tasks: list[dict[str, Any]], executions_per_task: int, batch_executions: int,
                  verifier: Verifier, servers: Sequence[Sequence[CellServer]],
                  replicas_of: Callable[[int, Sequence[Node]], Sequence[CellServer]],
@@ -176,7 +178,9 @@ class LiveRollouts:
         if not self._stopping():
             for ended in self._harnesses.reap():
                 version = eval_version(ended.assignment.execution)
-                if version is None:
+                if ended.lost_on:
+                    self._run_again(ended, version)
+                elif version is None:
                     self._finish(ended)
                 else:
                     self._finish_eval(ended, version)
@@ -209,17 +213,34 @@ class LiveRollouts:
     def _start_due_evals(self) -> None:
         with self._lock:
             due, self._evals_due = self._evals_due, []
-        plan, gateway = self._evals, self._gateway.gateway
         for version in due:
-            assert plan is not None
-            assignments = plan.assignments(version)
+            assert self._evals is not None
             self._eval_records[version] = []
-            for assignment in assignments:
-                self._gateway.call(gateway.pool.pin_version, assignment.execution, version)
-                if plan.temperature is not None:
-                    self._gateway.call(gateway.sampling.__setitem__, assignment.execution,
-                                       {"temperature": plan.temperature})
-                self._harnesses.start(assignment, base_url=self._gateway.base_url(assignment.execution))
+            for assignment in self._evals.assignments(version):
+                self._start_eval(assignment, version)
+
+    def _start_eval(self, assignment: Assignment, version: int) -> None:
+        plan, gateway = self._evals, self._gateway.gateway
+        assert plan is not None
+        self._gateway.call(gateway.pool.pin_version, assignment.execution, version)
+        if plan.temperature is not None:
+            self._gateway.call(gateway.sampling.__setitem__, assignment.execution, {"temperature": plan.temperature})
+        self._harnesses.start(assignment, base_url=self._gateway.base_url(assignment.execution))
+
+    def _run_again(self, lost: HarnessExit, eval_of: int | None) -> None:
+        """An execution whose harness node was lost: recorded as an infrastructure failure and
+        started again under a new id (same sequence number, weights and task)."""
+        again = dataclasses.replace(lost.assignment, execution=rerun_id(lost.assignment.execution))
+        record = {"execution": lost.assignment.execution, "task": lost.assignment.task["id"], "reward": None,
+                  "status": "infra_failure", "error": f"harness node {lost.lost_on} was lost",
+                  "exit_code": None, "started_at": lost.started_at, "ended_at": lost.ended_at,
+                  "host": lost.lost_on, "rerun": again.execution}
+        if eval_of is not None:
+            self._eval_log.append({**record, "eval": eval_of})
+            self._start_eval(again, eval_of)
+            return
+        self._log.append({**record, "seq": lost.assignment.seq, "weight_version": self._version_of[lost.assignment.seq]})
+        self._harnesses.start(again, base_url=self._gateway.base_url(again.execution))
 
     def _finish_eval(self, ended: HarnessExit, version: int) -> None:
         plan, execution = self._evals, ended.assignment.execution
@@ -227,7 +248,8 @@ class LiveRollouts:
         scored = score_execution(self._verifier, ended.assignment.task, ended.output, timed_out=ended.timed_out)
         record = {"execution": execution, "eval": version, "task": ended.assignment.task["id"],
                   "reward": scored.reward, "status": scored.status, "error": scored.error,
-                  "exit_code": ended.exit_code, "started_at": ended.started_at, "ended_at": ended.ended_at}
+                  "exit_code": ended.exit_code, "started_at": ended.started_at, "ended_at": ended.ended_at,
+                  "host": ended.host}
         self._eval_log.append(record)
         records = self._eval_records[version]
         records.append(record)
@@ -244,7 +266,8 @@ class LiveRollouts:
         record = {"execution": ended.assignment.execution, "seq": seq, "task": task["id"],
                   "reward": scored.reward, "status": "timed_out" if ended.timed_out and scored.status == "ok"
                   else scored.status, "error": scored.error, "exit_code": ended.exit_code,
-                  "weight_version": version, "started_at": ended.started_at, "ended_at": ended.ended_at}
+                  "weight_version": version, "started_at": ended.started_at, "ended_at": ended.ended_at,
+                  "host": ended.host}
         self._log.append(record)
         self._done.append(_Done(seq, ended.assignment.execution, version, scored.status == "ok", record))
         self._emit(Finished(seq=seq, version=version, timed_out=ended.timed_out, at=ended.ended_at))

@@ -27,6 +27,13 @@ def execution_id(seq: int) -> str:
     return f"e{seq:06d}"
 
 
+def rerun_id(execution: str) -> str:
+    """The id of a lost execution's next run (``e000012`` -> ``e000012-h1`` -> ``e000012-h2``):
+    an id of its own, so its calls never mix with the lost run's."""
+    base, _, count = execution.rpartition("-h")
+    return f"{base}-h{int(count) + 1}" if base and count.isdigit() else f"{execution}-h1"
+
+
 def load_tasks(path: Path, *, field: str = "rollout.tasks") -> list[dict[str, Any]]:
     """Tasks of a JSONL file (one object with at least ``id`` per line); errors name the line
     (and ``field``, the config field that named the file)."""

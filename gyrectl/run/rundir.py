@@ -170,6 +170,14 @@ class RunDir:
         return self.path / "workdirs" / execution
 
     @property
+    def harness_nodes_dir(self) -> Path:
+        """What the head and the harness agents on harness nodes exchange (``cluster.harnesses``):
+        ``agent.json`` (how to run a harness), and per node ``NODE/assigned.jsonl`` (the head's
+        assignments), ``NODE/ended.jsonl`` (the agent's ended executions), ``NODE/alive.json``
+        (its heartbeat)."""
+        return self.path / "harness-nodes"
+
+    @property
     def tracking_dir(self) -> Path:
         """Experiment tracking: ``tensorboard/`` event files, ``wandb/`` (``tracking.wandb``), and
         which scalars were written (``written.json``)."""

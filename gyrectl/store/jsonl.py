@@ -83,6 +83,34 @@ def read_records(path: Path) -> Iterator[dict[str, Any]]:
     yield from contents.records
 
 
+class JsonlTail:
+    """The records appended to a file another process writes, as they come: each :meth:`new`
+    returns the whole lines added since the last call (a line still being written waits for its
+    newline); a damaged line is logged and skipped like :func:`read_records` does."""
+
+    def __init__(self, path: Path):
+        self._path, self._offset = Path(path), 0
+
+    def new(self) -> list[dict[str, Any]]:
+        try:
+            with open(self._path, "rb") as file:
+                file.seek(self._offset)
+                data = file.read()
+        except FileNotFoundError:
+            return []
+        complete = data.rfind(b"\n") + 1
+        records, skipped, start = [], [], 0
+        while start < complete:
+            end = data.find(b"\n", start)
+            line = parse_line(data, start, end, terminated=True)
+            records += [record for record, _, _ in line.records]
+            skipped += [Skipped(str(self._path), self._offset + lo, hi - lo, reason) for lo, hi, reason in line.bad]
+            start = end + 1
+        log_skipped(skipped, log)
+        self._offset += complete
+        return records
+
+
 def parse_line(data: bytes, start: int, end: int, *, terminated: bool) -> ParsedLine:
     """The records in ``data[start:end]`` (one line, without its newline), with absolute offsets."""
     raw = data[start:end]

@@ -93,3 +93,17 @@ def reused_step_under_way(run_dir: Path) -> int | None:
     asked = sorted(run.trainer_dir.glob("request-*.json")) if run.trainer_dir.exists() else []
     index = int(asked[-1].stem.removeprefix("request-")) if asked else None
     return index if index is not None and not run.weights_dir(index + 1).exists() else None
+
+
+def crash_node(node: str) -> None:
+    """A node crash as the test cluster can have one: every process of the node's network
+    namespace (slurmd, job scripts, steps) gets kill -9."""
+    pids = subprocess.run(["ip", "netns", "pids", f"gyre-{node}"], capture_output=True, text=True,
+                          check=True).stdout.split()
+    subprocess.run(["kill", "-9", *pids], check=False)
+
+
+def idle_nodes() -> int:
+    out = subprocess.run(["sinfo", "-h", "-t", "idle", "-o", "%D"], capture_output=True, text=True).stdout.split()
+    return sum(int(n) for n in out)
+

@@ -23,8 +23,8 @@ import pytest
 from gyrectl.coordinator.events import CellLost, CellPlaced, Finished, PhaseChanged, TrainEnded, TrainStarted
 from gyrectl.coordinator.state import Phase
 
-from runs import (batches, events, execution_records, launch_loop, reused_step_under_way, status, wait_for,
-                  wait_until_ended)
+from runs import (batches, crash_node, events, execution_records, idle_nodes, launch_loop, reused_step_under_way,
+                  status, wait_for, wait_until_ended)
 
 pytestmark = [pytest.mark.usefixtures("slurm_cluster"), pytest.mark.vllm, pytest.mark.loop, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
@@ -36,22 +36,10 @@ def _node_state(node: str) -> str:
     return subprocess.run(["sinfo", "-h", "-N", "-n", node, "-o", "%T"], capture_output=True, text=True).stdout.strip()
 
 
-def _crash(node: str) -> None:
-    """A node crash as the test cluster can have one: every process of the node's namespace dies."""
-    pids = subprocess.run(["ip", "netns", "pids", f"gyre-{node}"], capture_output=True, text=True,
-                          check=True).stdout.split()
-    subprocess.run(["kill", "-9", *pids], check=False)
-
-
-def _idle_nodes() -> int:
-    out = subprocess.run(["sinfo", "-h", "-t", "idle", "-o", "%D"], capture_output=True, text=True).stdout.split()
-    return sum(int(n) for n in out)
-
-
 def _launch_beside_another_users_job(cli, tiny_model_dir: Path, root: Path, name: str) -> tuple[str, Path]:
     """The other user's job holds every node the run does not take, so a lost cell can come back
     only on the node that crashed."""
-    wait_for(lambda: _idle_nodes() == 5, timeout=120, what="an idle cluster")
+    wait_for(lambda: idle_nodes() == 5, timeout=120, what="an idle cluster")
     blocker = subprocess.run(["sbatch", "--parsable", "-N2", "-c4", "-J", "other-user", "-o", "/dev/null", "--wrap", "sleep 3000"],
                              capture_output=True, text=True, check=True).stdout.strip()
     run_dir = launch_loop(cli, root=root, model=tiny_model_dir, name=name,
@@ -71,7 +59,7 @@ def crashed(cli, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory)
         victim = victim_cell["nodes"][0]
         time.sleep(2.0)  # let the sessions get mid-call
         crashed_at = time.time()
-        _crash(victim)
+        crash_node(victim)
         try:
             wait_for(lambda: "down" in _node_state(victim), timeout=120, what=f"Slurm to mark {victim} down")
             lost_view = wait_for(lambda: (v := status(cli, run_dir)) and v["cells"][victim_cell["id"]]["phase"] == "lost"
@@ -143,7 +131,7 @@ def crashed_in_training(cli, tiny_model_dir: Path, tmp_path_factory: pytest.Temp
         index = wait_for(lambda: reused_step_under_way(run_dir), timeout=600, every=0.02,
                          what="a training step under way")
         crashed_at = time.time()
-        _crash(victim)
+        crash_node(victim)
         try:
             wait_for(lambda: status(cli, run_dir)["cells"][cell]["phase"] == "lost", timeout=90,
                      what="status to show the training cell lost")

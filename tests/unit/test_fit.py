@@ -50,3 +50,13 @@ def test_the_default_partition_is_used_when_none_is_named() -> None:
 
 def test_an_unknown_partition_is_left_to_sbatch() -> None:
     assert fit_problems(_config(partition="nosuch"), _nodes("gpu", 1)) == []
+
+
+def test_harness_nodes_must_fit_their_partition() -> None:
+    harnesses = {"harnesses": {"nodes": 3, "cpus": 32, "partition": "cpu"}}
+    cpus = _nodes("cpu", 4, cpus=32, gpus=0)
+    assert fit_problems(_config(**harnesses), _nodes("gpu", 3) + cpus) == []
+    (problem,) = fit_problems(_config(**harnesses), _nodes("gpu", 3) + cpus[:2])
+    assert problem.startswith("cluster.harnesses.nodes: 3 harness nodes of 32 CPUs") and "'cpu' has 2" in problem
+    (small,) = fit_problems(_config(**harnesses), _nodes("gpu", 3) + _nodes("cpu", 4, cpus=16, gpus=0))
+    assert "has 0 such node(s)" in small

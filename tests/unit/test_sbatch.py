@@ -11,6 +11,8 @@ import shlex
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from gyrectl.cluster.slurm.sbatch import render_for_config
 from gyrectl.config import load_config
 
@@ -78,3 +80,23 @@ def test_dry_run_prints_the_script_and_creates_nothing(tmp_path: Path, cli) -> N
     assert result.returncode == 0, result.stderr
     assert "#SBATCH hetjob" in result.stdout and "#SBATCH --gpus-per-node=2" in result.stdout
     assert not (tmp_path / "runs").exists()
+
+
+def test_harness_nodes_are_exclusive_cpu_jobs_of_their_own() -> None:
+    _, _, harness = _render(["cluster.harnesses.nodes=2", "cluster.harnesses.cpus=16",
+                             "cluster.harnesses.partition=cpu", "cluster.harnesses.mem_gb=64"],
+                            Path("/r")).split("# ---- submitted by the head")
+    assert "one per harness node" in harness and "#SBATCH --job-name=gyrectl-slurm-local-harness0" in harness
+    for line in ("--exclusive", "--no-requeue", "--nodes=1", "--cpus-per-task=16", "--partition=cpu", "--mem=64GB"):
+        assert f"#SBATCH {line}" in harness, line
+    assert "gpus" not in harness
+    assert len(_render([], Path("/r")).split("# ---- submitted by the head")) == 2  # none configured: none shown
+
+
+def test_harness_nodes_need_the_cells_layout(tmp_path: Path) -> None:
+    from gyrectl.cluster.slurm.backend import HETJOB as HETJOB_LAYOUT, SlurmBackend
+    from gyrectl.errors import UserError
+
+    config = load_config(REPO / "configs/slurm-local.yaml", [HETJOB, "cluster.harnesses.nodes=1"])
+    with pytest.raises(UserError, match="cluster.harnesses.nodes: .*cluster.layout: cells"):
+        SlurmBackend(HETJOB_LAYOUT).check_before_submitting(config, run_dir=tmp_path / "run")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gyrectl.cluster.base import Cluster, Node, StepSpec, StepStatus
+from gyrectl.cluster.base import HARNESS_GROUP, Cluster, Node, StepSpec, StepStatus
 from gyrectl.cluster.processes import ProcessSteps
 from gyrectl.config.schema import Config
 
@@ -24,19 +24,30 @@ def virtual_nodes(config: Config) -> list[Node]:
     return [head, *workers]
 
 
+def virtual_harness_nodes(config: Config) -> list[Node]:
+    """``cluster.harnesses.nodes`` virtual harness nodes, on 127.0.0.1 like the rest."""
+    harnesses = config.cluster.harnesses
+    return [Node(name=f"local-harness-{i}", het_group=HARNESS_GROUP, gpus=0, cpus=harnesses.cpus, address="127.0.0.1")
+            for i in range(harnesses.nodes)]
+
+
 class LocalCluster(Cluster):
     backend = "local"
 
     def __init__(self, config: Config):
         self._nodes = virtual_nodes(config)
+        self._harness_nodes = virtual_harness_nodes(config)
         self._steps = ProcessSteps()
         self._count = 0
 
     def discover(self) -> Sequence[Node]:
         return list(self._nodes)
 
+    def harness_nodes(self) -> Sequence[Node]:
+        return list(self._harness_nodes)
+
     def start_step(self, spec: StepSpec) -> str:
-        known = {n.name for n in self._nodes}
+        known = {n.name for n in [*self._nodes, *self._harness_nodes]}
         unknown = [n for n in spec.nodes if n not in known]
         assert not unknown, f"step {spec.name} names nodes outside the allocation: {unknown}"
         self._count += 1

@@ -77,6 +77,9 @@ class SlurmBackend(Backend):
         from gyrectl.cluster.slurm.sbatch import check_run_dir
 
         check_run_dir(run_dir)
+        if config.cluster.harnesses.nodes and not self.layout.cell_jobs:
+            raise UserError("cluster.harnesses.nodes: harness nodes are jobs of their own, which only the cells "
+                            "layout submits; set cluster.layout: cells (nothing was submitted)")
         if problems := fit_problems(config, partition_nodes()):
             raise UserError("; ".join(problems) + " (nothing was submitted)")
 

@@ -9,6 +9,9 @@ and its node's slurmd no longer takes a connection (Slurm needs ``SlurmdTimeout`
 training step retried on a dead node in that window would fail every attempt). Its replacement
 is a new job, which starts when the partition has nodes again (the crashed node back, or another
 one). Which job holds which cell is written to ``cells.json`` for ``gyrectl status``.
+
+Harness nodes (``cluster.harnesses.nodes``) are held the same way, one job each; the head starts a
+harness agent step in each (:mod:`gyrectl.rollout.harness_nodes` watches it).
 """
 
 from __future__ import annotations
@@ -17,11 +20,12 @@ import socket
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from gyrectl.cluster.base import Node, StepState, StepStatus
+from gyrectl.cluster.base import HARNESS_GROUP, Node, StepState, StepStatus
 from gyrectl.cluster.slurm.hetjob import SlurmCluster, discover_allocation, node_address
 from gyrectl.cluster.slurm.cli import failed_nodes, job_nodes, job_states, run_slurm, show_node, slurmd_port
-from gyrectl.cluster.slurm.sbatch import cell_parameters
+from gyrectl.cluster.slurm.sbatch import cell_parameters, harness_parameters
 from gyrectl.config.schema import Config
 from gyrectl.errors import GyreError, RuntimeFailure
 from gyrectl.run.rundir import RunDir
@@ -69,6 +73,9 @@ class SlurmCellsCluster(SlurmCluster):
         super().__init__(env)
         self._config, self._run = config, run
         self._cells: list[CellJob] = []
+        self._harness_jobs: list[CellJob] = []
+        """``cluster.harnesses.nodes`` jobs of one CPU node each, held like the cells' (the head
+        starts a harness agent step in each); a lost one is not replaced."""
         self._asked: dict[int, CellJob] = {}
         """Replacement jobs asked for lost cells, not yet running."""
         self._lost: set[int] = set()
@@ -81,16 +88,25 @@ class SlurmCellsCluster(SlurmCluster):
         self._next_ask: dict[int, float] = {}
 
     def discover(self) -> Sequence[Node]:
-        """The head's node, then each cell's nodes, in cell order, once every cell job runs."""
+        """The head's node, then each cell's nodes, in cell order, once every cell job (and every
+        harness node's job) runs."""
         head = discover_allocation(self._env)
-        self._cells = [self._submit(cell) for cell in range(self._config.num_cells)]
+        self._cells = [self._submit(cell_parameters(self._config, cell=cell), f"cell {cell}")
+                       for cell in range(self._config.num_cells)]
+        self._harness_jobs = [self._submit(harness_parameters(self._config, index=index), f"harness node {index}")
+                              for index in range(self._config.cluster.harnesses.nodes)]
         self._write_cells()  # status shows the cell jobs while they wait
         self._cells = [self._await_nodes(job) for job in self._cells]
+        self._harness_jobs = [self._await_nodes(job, het_group=HARNESS_GROUP) for job in self._harness_jobs]
         self._write_cells()
         return [*head, *(node for cell in self._cells for node in cell.nodes)]
 
+    def harness_nodes(self) -> Sequence[Node]:
+        return [node for job in self._harness_jobs for node in job.nodes]
+
     def _target(self, nodes: Sequence[str]) -> tuple[str, str]:
-        job = next(cell.job_id for cell in self._cells if nodes[0] in {node.name for node in cell.nodes})
+        job = next(held.job_id for held in [*self._cells, *self._harness_jobs]
+                   if nodes[0] in {node.name for node in held.nodes})
         return f"--jobid={job}", job
 
     def step_status(self, step_id: str) -> StepStatus:
@@ -121,13 +137,13 @@ class SlurmCellsCluster(SlurmCluster):
         asked = self._asked.get(cell)
         if asked is None:
             run_slurm(["scancel", self._cells[cell].job_id], check=False)  # whatever of it Slurm still holds
-            self._asked[cell] = self._submit(cell)
+            self._asked[cell] = self._submit(cell_parameters(self._config, cell=cell), f"cell {cell}")
             self._write_cells()
             return None
         state = job_states([asked.job_id]).get(asked.job_id)
         if state != "RUNNING":
             if state not in _WAITING:  # ended without running: ask again
-                self._asked[cell] = self._submit(cell)
+                self._asked[cell] = self._submit(cell_parameters(self._config, cell=cell), f"cell {cell}")
                 self._write_cells()
             return None
         self._cells[cell] = self._granted(asked.job_id)
@@ -139,40 +155,41 @@ class SlurmCellsCluster(SlurmCluster):
 
     def close(self) -> None:
         super().close()
-        jobs = [cell.job_id for cell in self._cells] + [cell.job_id for cell in self._asked.values()]
+        held = [*self._cells, *self._asked.values(), *self._harness_jobs]
+        jobs = [job.job_id for job in held]
         if jobs:
             run_slurm(["scancel", *jobs], check=False)
 
-    def _submit(self, cell: int) -> CellJob:
+    def _submit(self, parameters: dict[str, Any], what: str) -> CellJob:
         from gyrectl.cluster.slurm.executor import GyreExecutor
 
         executor = GyreExecutor(self._run.submitit_dir / "cells", extra_directives=self._config.cluster.extra_sbatch)
-        executor.update_parameters(**cell_parameters(self._config, cell=cell))
+        executor.update_parameters(**parameters)
         try:
             job = executor.submit(hold_cell, self._env["SLURM_JOB_ID"])
         except Exception as exc:  # submitit raises FailedJobError or CalledProcessError for a refused sbatch
-            raise RuntimeFailure(f"sbatch refused the job of cell {cell}: {exc}") from None
+            raise RuntimeFailure(f"sbatch refused the job of {what}: {exc}") from None
         return CellJob(job_id=str(job.job_id))
 
-    def _await_nodes(self, asked: CellJob) -> CellJob:
+    def _await_nodes(self, asked: CellJob, *, het_group: int = 1) -> CellJob:
         while (state := job_states([asked.job_id]).get(asked.job_id)) != "RUNNING":
             if state not in _WAITING:
-                raise RuntimeFailure(f"cell job {asked.job_id} ended ({state}) before it started")
+                raise RuntimeFailure(f"job {asked.job_id} ended ({state}) before it started")
             time.sleep(1.0)
-        return self._granted(asked.job_id)
+        return self._granted(asked.job_id, het_group=het_group)
 
     def _cell_of(self, job_id: str) -> int | None:
         return next((index for index, cell in enumerate(self._cells) if cell.job_id == job_id), None)
 
-    def _granted(self, job_id: str) -> CellJob:
-        per_node = self._config.cluster
+    def _granted(self, job_id: str, *, het_group: int = 1) -> CellJob:
+        cluster = self._config.cluster
+        gpus, cpus = (cluster.gpus_per_node, cluster.cpus_per_node) if het_group == 1 else (0, cluster.harnesses.cpus)
         nodes = job_nodes(job_id)
         for name in nodes:
             node = show_node(name)
             self._slurmd[name] = (node_address(name, node), slurmd_port(node))
         return CellJob(job_id=job_id, nodes=tuple(
-            Node(name=name, het_group=1, gpus=per_node.gpus_per_node, cpus=per_node.cpus_per_node,
-                 address=self._slurmd[name][0]) for name in nodes))
+            Node(name=name, het_group=het_group, gpus=gpus, cpus=cpus, address=self._slurmd[name][0]) for name in nodes))
 
     def _reachable(self, name: str) -> bool:
         try:

@@ -35,7 +35,20 @@ def fit_problems(config: Config, nodes: Sequence[PartitionNode]) -> list[str]:
         # the head component never shares a node with the workers of the same job
         problems.append(f"cluster.nodes: {cluster.nodes} worker nodes and the head need {cluster.nodes + 1} "
                         f"distinct nodes, but partition {worker_partition!r} has {len(workers)} that fit")
-    return problems
+    return problems + _harness_problems(config, nodes)
+
+
+def _harness_problems(config: Config, nodes: Sequence[PartitionNode]) -> list[str]:
+    harnesses = config.cluster.harnesses
+    partition = _resolve(harnesses.partition or config.cluster.partition, nodes)
+    if not harnesses.nodes or partition is None:
+        return []
+    fitting = [n for n in nodes if n.partition == partition and n.cpus >= harnesses.cpus
+               and n.mem_mb >= harnesses.mem_gb * 1000]
+    if len(fitting) >= harnesses.nodes:
+        return []
+    return [f"cluster.harnesses.nodes: {harnesses.nodes} harness nodes of {harnesses.cpus} CPUs asked for, but "
+            f"partition {partition!r} has {len(fitting)} such node(s)"]
 
 
 def _resolve(partition: str, nodes: Sequence[PartitionNode]) -> str | None:

@@ -75,6 +75,25 @@ def cell_parameters(config: Config, *, cell: int) -> dict[str, Any]:
     return params
 
 
+def harness_parameters(config: Config, *, index: int) -> dict[str, Any]:
+    """submitit parameters of harness node ``index``'s job (``cells`` layout): one CPU node of its
+    own (exclusive: harnesses that compile and test code take the whole node, and share it with no
+    head or cell) that only holds itself for the head's harness agent step; never requeued (its
+    executions run again on the other harness nodes)."""
+    cluster, harnesses = config.cluster, config.cluster.harnesses
+    params: dict[str, Any] = {
+        "job_name": f"gyrectl-{config.run.name}-harness{index}",
+        "nodes": 1, "ntasks_per_node": 1, "cpus_per_task": harnesses.cpus, "time": cluster.time_limit,
+        "use_srun": False,
+        "setup": list(cluster.setup),
+        "exclusive": True, "additional_parameters": {"no_requeue": True},
+    }
+    optional = {"partition": harnesses.partition or cluster.partition, "account": cluster.account, "qos": cluster.qos,
+                "mem": f"{harnesses.mem_gb}GB" if harnesses.mem_gb else ""}
+    params.update({k: v for k, v in optional.items() if v})
+    return params
+
+
 def worker_directives(config: Config) -> list[str]:
     """``#SBATCH`` lines of component 1: one task slot per node holding all its CPUs and GPUs."""
     options = {"job-name": f"gyrectl-{config.run.name}-workers", "nodes": config.cluster.nodes,
@@ -116,4 +135,9 @@ def render_for_config(config: Config, *, run_dir: Path, folder: Path, python: st
         return head
     cell = render_sbatch(command=head_command(python, folder / "cells"), folder=folder / "cells",
                          params=cell_parameters(config, cell=0), extra=extra)
-    return f"{head}\n# ---- submitted by the head, one per cell (cell 0 shown) ----\n{cell}"
+    scripts = f"{head}\n# ---- submitted by the head, one per cell (cell 0 shown) ----\n{cell}"
+    if not config.cluster.harnesses.nodes:
+        return scripts
+    harness = render_sbatch(command=head_command(python, folder / "cells"), folder=folder / "cells",
+                            params=harness_parameters(config, index=0), extra=extra)
+    return f"{scripts}\n# ---- submitted by the head, one per harness node (harness node 0 shown) ----\n{harness}"
