@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gyrectl.store.damage import TORN_TAIL
-from gyrectl.store.jsonl import JsonlAppender, read_records, scan_jsonl
+from gyrectl.store.jsonl import JsonlAppender, JsonlTail, read_records, scan_jsonl
 import damage
 from damage import damage_settings
 
@@ -158,3 +158,18 @@ def _assert_reopening_keeps_them(path: Path, records, spans, hit: range) -> None
     assert after[:len(before)] == before and after[-1] == {"event": "appended"}, (before, after)
     _assert_survivors(records, spans, hit, after)
     json.dumps(after)  # everything read is plain JSON again
+
+
+def test_a_tail_returns_whole_new_lines_as_another_process_writes_them(tmp_path: Path, caplog) -> None:
+    path = tmp_path / "ended.jsonl"
+    tail = JsonlTail(path)
+    assert tail.new() == []  # not written yet
+    with open(path, "wb") as out:
+        out.write(b'{"a": 1}\n{"b": ')
+        out.flush()
+        assert tail.new() == [{"a": 1}]  # the half-written line waits for its newline
+        out.write(b'2}\nnot json\n{"c": 3}\n')
+        out.flush()
+        assert tail.new() == [{"b": 2}, {"c": 3}]  # the damaged line is skipped, and reported
+        assert tail.new() == []
+    assert "not valid JSON" in caplog.text
