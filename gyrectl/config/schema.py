@@ -240,6 +240,10 @@ class EvalConfig:
     harness asks for (null: the harness's own)."""
     pass_threshold: float = 1.0
     """An eval execution passes when its reward is at least this (pass@1, pass@k)."""
+    blocking: bool = False
+    """The training step after an evaluated version waits until its evaluation ended (as verl's
+    validation does), so each evaluation scores exactly the weights the next step starts from and
+    no training overlaps it; the cells serve meanwhile. Off: evaluations run beside training."""
 
 
 @dataclass(frozen=True)

@@ -169,9 +169,17 @@ class WeightsSynced:
     at: float
 
 
+@dataclass(frozen=True)
+class EvalEnded:
+    """Every execution of the evaluation of weights ``version`` ended (``evals.jsonl`` has its line)."""
+
+    version: int
+    at: float
+
+
 Event = (Dispatched | Started | Finished | PhaseChanged | TrainStarted | TrainExtended | TrainEnded
          | StepFailed | TrainRetried | TrainerReleased | Resumed | CellLost | CellPlaced | SyncStarted
-         | WeightsSynced)
+         | WeightsSynced | EvalEnded)
 
 
 def _with_cell(state: CoordinatorState, cell_id: int, **changes: Any) -> CoordinatorState:
@@ -313,11 +321,16 @@ def _weights_synced(state: CoordinatorState, e: WeightsSynced) -> CoordinatorSta
     return _with_cell(state, e.cell, syncing=False, weight_version=e.version)
 
 
+def _eval_ended(state: CoordinatorState, e: EvalEnded) -> CoordinatorState:
+    return dataclasses.replace(state, evaluated=max(state.evaluated, e.version))
+
+
 _APPLY: dict[type, Callable[[CoordinatorState, Any], CoordinatorState]] = {
     Dispatched: _dispatched, Started: _started, Finished: _finished, PhaseChanged: _phase_changed,
     TrainStarted: _train_started, TrainExtended: _train_extended, TrainEnded: _train_ended,
     StepFailed: _step_failed, TrainRetried: _train_retried, TrainerReleased: _trainer_released, Resumed: _resumed,
     CellLost: _cell_lost, CellPlaced: _cell_placed, SyncStarted: _sync_started, WeightsSynced: _weights_synced,
+    EvalEnded: _eval_ended,
 }
 _BY_NAME = {cls.__name__: cls for cls in _APPLY}
 

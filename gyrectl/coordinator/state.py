@@ -126,6 +126,9 @@ class Limits:
     """A drained server sleeps at this level instead of stopping (0: it stops; ``rollout.sleep_level``)."""
     resident_trainer: bool = False
     """A training group stays up between steps on the same cells (``training.resident``)."""
+    eval_blocks_every: int = 0
+    """A training step waits for the evaluation of the weights it starts from when their version
+    is a multiple of this (``eval.every_steps`` with ``eval.blocking``; 0: never)."""
 
 
 @dataclass(frozen=True)
@@ -181,11 +184,19 @@ class CoordinatorState:
     """The resident training group that is up (training ``train``, or waiting for the next step)."""
     staleness: tuple[tuple[int, int], ...] = ()
     """Histogram ``(versions behind, executions)`` of everything trained so far."""
+    evaluated: int = 0
+    """The newest weights version whose evaluation ended (0: none yet)."""
 
     @property
     def in_flight(self) -> int:
         """w = d - f."""
         return self.dispatched - self.finished
+
+    @property
+    def awaiting_eval(self) -> bool:
+        """The next training step must wait for the evaluation of the latest weights."""
+        every = self.limits.eval_blocks_every
+        return every > 0 and self.version > 0 and self.version % every == 0 and self.evaluated < self.version
 
     @property
     def buffered(self) -> int:
@@ -222,4 +233,5 @@ def limits_from_config(config: Config) -> Limits:
                   async_train_cells=config.scheduler.async_train_cells, total_executions=total,
                   batch_order=config.simulator.batch_order, grow_running_step=config.scheduler.grow_running_step,
                   sleep_level=config.rollout.sleep_level,
-                  resident_trainer=config.training.resident and not config.scheduler.grow_running_step)
+                  resident_trainer=config.training.resident and not config.scheduler.grow_running_step,
+                  eval_blocks_every=config.eval.every_steps if config.eval.blocking else 0)

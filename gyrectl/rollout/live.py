@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from gyrectl.coordinator.events import Event, Finished, Started, WeightsSynced
+from gyrectl.coordinator.events import EvalEnded, Event, Finished, Started, WeightsSynced
 from gyrectl.errors import RuntimeFailure
 from gyrectl.gateway.background import BackgroundGateway
 from gyrectl.cluster.base import Node
@@ -45,7 +45,7 @@ from gyrectl.rollout.sleep import sleep_server, wake_server
 from gyrectl.rollout.sync import WeightSync
 from gyrectl.rollout.tasks import Assignment, assign, rerun_id
 from gyrectl.run.rundir import RunDir
-from gyrectl.store.jsonl import JsonlAppender
+from gyrectl.store.jsonl import JsonlAppender, read_records
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,10 @@ class LiveRollouts:
         one): next sequence numbers follow the journal's, finished executions wait for training,
         and the executions that were running start again from scratch under new ids."""
         self._next_seq = carried.next_seq
+        # Versions evaluated before are not again; one whose evaluation was cut runs it again
+        # once a server serves it (the next step may be waiting for it: eval.blocking).
+        self._evals_seen |= {line["weight_version"] for line in read_records(self._run.evals_file)
+                             if isinstance(line.get("weight_version"), int)}
         self._done = [_Done(r["seq"], r["execution"], r["weight_version"], r["status"] == "ok", r)
                       for r in carried.finished]
         for seq, version in carried.running:
@@ -258,6 +262,7 @@ class LiveRollouts:
             with JsonlAppender(self._run.evals_file) as out:
                 out.append({**line, "at": time.time()})
             del self._eval_records[version]
+            self._emit(EvalEnded(version=version, at=time.time()))
 
     def _finish(self, ended: HarnessExit) -> None:
         seq, task = ended.assignment.seq, ended.assignment.task

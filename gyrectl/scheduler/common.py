@@ -33,12 +33,13 @@ def dispatch(state: CoordinatorState, *, slots: int, max_staleness: int) -> list
 
 
 def next_batch(state: CoordinatorState) -> tuple[tuple[int, int, int], ...] | None:
-    """The buffered executions the next training step takes, or None if no batch is ready.
+    """The buffered executions the next training step takes, or None if no batch is ready (or the
+    step must wait for an evaluation: ``eval.blocking``).
 
     ``completion``: the next ``batch_executions`` finished, oldest weights first; ``dispatch``:
     exactly block ``version`` of the dispatch order, once all of it has finished."""
     size = state.next_batch_size()
-    if size <= 0:
+    if size <= 0 or state.awaiting_eval:
         return None
     if state.limits.batch_order == "dispatch":
         block = tuple(entry for entry in state.buffer if entry[0] == state.version)

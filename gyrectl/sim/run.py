@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import time
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,7 +66,8 @@ def simulated_actuator(config: Config, world: SimulatedWorld, gateway: Simulated
 def simulate(config: Config, *, workload_spec: str | Workload, seed: int | None = None,
              journal_path: Path | None = None) -> Simulation:
     """Simulates ``config`` (its ``scheduler.policy``) on a workload preset, file or object."""
-    limits = limits_from_config(config)
+    # The simulator runs no evaluations: a step waiting for one (eval.blocking) would wait forever.
+    limits = dataclasses.replace(limits_from_config(config), eval_blocks_every=0)
     costs = costs_from_config(config)
     seed = config.run.seed if seed is None else seed
     workload = workload_spec if isinstance(workload_spec, Workload) else load_workload(

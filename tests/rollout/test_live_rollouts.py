@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gyrectl.coordinator.events import Finished, Started
+from gyrectl.coordinator.events import EvalEnded, Finished, Started
 from gyrectl.gateway.background import BackgroundGateway
 from gyrectl.gateway.settings import GatewaySettings
 from gyrectl.rollout.harnesses import HarnessRunner
@@ -166,6 +166,7 @@ def test_evaluations_run_on_due_weights_are_recorded_apart_and_never_claimed(har
         gateway.close()
     assert [e["execution"] for e in batch["executions"]] == ["e000000", "e000001"]
     assert [e.seq for e in events if isinstance(e, Finished)] == [0, 1]  # evals are no training executions
+    assert [e.version for e in events if isinstance(e, EvalEnded)] == [2]  # what a blocked step waits for
     (line,) = read_records(run.evals_file)
     assert {k: line[k] for k in ("step", "weight_version", "tasks", "executions", "reward_mean", "pass_at_1",
                                  "pass_at_k", "k")} == {"step": 1, "weight_version": 2, "tasks": 1, "executions": 2,
@@ -173,3 +174,34 @@ def test_evaluations_run_on_due_weights_are_recorded_apart_and_never_claimed(har
     assert sorted(r["execution"] for r in read_records(run.eval_executions_file)) == ["eval-v2-0000", "eval-v2-0001"]
     assert not any(r["execution"].startswith("eval") for r in read_records(run.executions_file))
     assert not gateway.gateway.sampling  # forgotten once each ended
+
+
+def test_a_resumed_head_does_not_evaluate_a_version_again(harness_file, tmp_path):
+    """evals.jsonl says v2 was evaluated: serving v2 again after a takeover starts no evaluation."""
+    from gyrectl.rollout.evals import EvalPlan
+    from gyrectl.rollout.replicas import CellServer
+    from gyrectl.rollout.resume import CarriedOver
+    from gyrectl.store.jsonl import JsonlAppender
+
+    run = RunDir.create(tmp_path / "runs", "r")
+    with JsonlAppender(run.evals_file) as out:
+        out.append({"step": 1, "weight_version": 2, "tasks": 1, "executions": 1, "reward_mean": 1.0,
+                    "pass_at_1": 1.0, "pass_at_k": 1.0, "k": 1, "at": 0.0})
+    plan = EvalPlan(tasks=({"id": "held-out", "answer": "1"},), every_steps=2, executions_per_task=1,
+                    pass_threshold=0.5, temperature=0.0)
+    gateway = BackgroundGateway(GatewaySettings(token=run.token(), models=("tiny",)), sink=None)
+    rollouts = LiveRollouts(run=run, gateway=gateway, harnesses=_runner(harness_file, tmp_path),
+                            tasks=[{"id": "train", "answer": "1"}], executions_per_task=1, batch_executions=1,
+                            verifier=lambda task, output: 1.0, servers=[[CellServer("cell0", "http://127.0.0.1:9")]],
+                            replicas_of=lambda cell, nodes: (), weight_sync=None, evals=plan)  # type: ignore[arg-type]
+    try:
+        rollouts.take_over(CarriedOver(finished=[], running=[], next_seq=0), resume=1)
+        rollouts.route(0, routed=True, weight_version=2)
+        rollouts.poll()
+        assert not gateway.gateway.sampling  # no eval execution started
+        rollouts.route(0, routed=True, weight_version=4)
+        rollouts.poll()
+        assert list(gateway.gateway.sampling) == ["eval-v4-0000"]
+    finally:
+        rollouts.close()
+        gateway.close()

@@ -79,3 +79,25 @@ def test_async_trains_only_on_its_fixed_cells():
     actions = async_split.decide(state, 0.0)
     assert StartTrain(index=0, cells=(3,), take=((0, 0, 20),)) in actions
     assert not [a for a in actions if isinstance(a, MoveCell)]
+
+
+def test_no_policy_starts_a_step_while_the_evaluation_it_waits_for_runs():
+    """eval.blocking: weights v4 are due (every 4); step 4 starts only once EvalEnded(4) is folded in."""
+    from gyrectl.coordinator.events import EvalEnded, apply
+
+    phases = (Phase.ROLLOUT, Phase.ROLLOUT, Phase.ROLLOUT, Phase.TRAIN)
+    ready = dataclasses.replace(serving_state(in_flight=0, finished=100, phases=phases), version=4, trained=80,
+                                buffer=((4, 4, 20),), limits=dataclasses.replace(LIMITS, eval_blocks_every=4))
+    colocate_ready = dataclasses.replace(ready, cells=CellTable(CellState(id=i, phase=Phase.TRAIN) for i in range(4)))
+    async_ready = ready
+    decisions = {"elastic": lambda s: elastic.decide(s, 0.0), "colocate": lambda s: colocate.decide(s, 0.0),
+                 "async": lambda s: async_split.decide(s, 0.0)}
+    for name, state in (("elastic", ready), ("colocate", colocate_ready), ("async", async_ready)):
+        assert state.awaiting_eval
+        assert not [a for a in decisions[name](state) if isinstance(a, StartTrain)], name
+        evaluated = apply(state, EvalEnded(version=4, at=1.0))
+        assert not evaluated.awaiting_eval
+        assert [a.index for a in decisions[name](evaluated) if isinstance(a, StartTrain)] == [4], name
+    # v5 is not due, and without eval.blocking nothing waits.
+    assert not dataclasses.replace(ready, version=5).awaiting_eval
+    assert not dataclasses.replace(ready, limits=LIMITS).awaiting_eval
