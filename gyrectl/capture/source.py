@@ -13,12 +13,13 @@ are not calls are skipped and listed in :attr:`Recorded.skipped` for the caller 
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gyrectl.capture.record import CallRecord
-from gyrectl.capture.store import read_store
+from gyrectl.capture.store import StoreContents, read_store
 from gyrectl.capture.stored import StoredCall, full_records, stored_calls
 from gyrectl.errors import UserError
 from gyrectl.run.rundir import RunDir
@@ -63,12 +64,31 @@ def load(source: Path) -> Recorded:
     raise UserError(f"{source}: no such run directory or JSONL file")
 
 
-def _load_run(run: Path) -> Recorded:
+def load_executions(run: Path, executions: Collection[str]) -> Recorded:
+    """The recorded calls of ``executions`` only (a training step's batch): each capture store
+    is read through its index, so the cost follows the batch, not the run's age. No ``info``."""
+    stores, jsonls = _call_files(run)
+    wanted = set(executions)
+    files = [read_store(p, executions=wanted) for p in stores]
+    for path in jsonls:
+        contents = _load_jsonl(path)
+        files.append(Recorded(calls={e: c for e, c in contents.calls.items() if e in wanted}, info={},
+                              skipped=contents.skipped))
+    calls, unrecoverable = _merged(files)
+    return Recorded(calls=calls, info={}, skipped=[s for contents in files for s in contents.skipped],
+                    unrecoverable=unrecoverable)
+
+
+def _call_files(run: Path) -> tuple[list[Path], list[Path]]:
     directory = trajectories_dir(run)
     stores, jsonls = sorted(directory.glob("calls*.seg")), sorted(directory.glob("calls*.jsonl"))
     if not stores and not jsonls:
         raise UserError(f"{run}: no recorded calls (expected {directory}/calls*.seg or calls*.jsonl)")
-    files = [read_store(p) for p in stores] + [_load_jsonl(p) for p in jsonls]
+    return stores, jsonls
+
+
+def _merged(files: Sequence[StoreContents | Recorded]) -> tuple[dict[str, list[StoredCall]], dict[str, int]]:
+    """Calls and unrecoverable counts per execution over several files (an execution may span them)."""
     parts: dict[str, list[list[StoredCall]]] = {}
     for contents in files:
         for execution, calls in contents.calls.items():
@@ -78,6 +98,13 @@ def _load_run(run: Path) -> Recorded:
     for contents in files:
         for execution, count in contents.unrecoverable.items():
             unrecoverable[execution] = unrecoverable.get(execution, 0) + count
+    return calls, unrecoverable
+
+
+def _load_run(run: Path) -> Recorded:
+    stores, jsonls = _call_files(run)
+    files = [read_store(p) for p in stores] + [_load_jsonl(p) for p in jsonls]
+    calls, unrecoverable = _merged(files)
     executions = scan_jsonl(RunDir(run).executions_file)
     info: dict[str, ExecutionInfo] = {}
     skipped = [s for contents in files for s in contents.skipped] + executions.skipped

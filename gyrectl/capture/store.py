@@ -21,6 +21,9 @@ checksum holds, and a tail with no valid record after it is torn. Every skip is 
 a call is an edit of an earlier one, an intact call whose ancestor was lost cannot be rebuilt:
 it is counted as *unrecoverable* (the call indexes tell which execution lost what), never read
 back as wrong tokens. The writer cuts a torn tail off before appending, and nothing else.
+
+Beside it the writer keeps an index by execution (:mod:`gyrectl.capture.index`), so
+``read_store(path, executions=...)`` reads only those executions' records.
 """
 
 from __future__ import annotations
@@ -30,13 +33,14 @@ import logging
 import os
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from gyrectl.capture.edit import Edit, EditChain
+from gyrectl.capture.index import entry, index_path, lookup, rewrite_index
 from gyrectl.capture.prefix import PrefixIndex
 from gyrectl.capture.record import CallRecord
 from gyrectl.capture.stored import StoredCall, metadata_only
@@ -92,6 +96,8 @@ class StoredRecord:
     offset: int
     call_index: int | None
     call: StoredCall
+    length: int
+    """Bytes of the record, header included."""
 
 
 @dataclass(frozen=True)
@@ -113,36 +119,65 @@ class StoreContents:
     """Per execution, intact calls stored as an edit of a call lost to damage."""
 
 
-def scan(path: Path) -> StoreScan:
-    """Every intact record of ``path`` and every span skipped between or after them."""
+def scan(path: Path, *, start: int = 0) -> StoreScan:
+    """Every intact record of ``path`` from byte ``start`` on, and every span skipped between or
+    after them."""
     path = Path(path)
-    data = path.read_bytes() if path.exists() else b""
+    try:
+        with open(path, "rb") as file:
+            file.seek(start)
+            data = file.read()
+    except FileNotFoundError:
+        data = b""
     records: list[StoredRecord] = []
     skipped: list[Skipped] = []
     at = valid_end = 0
     while at < len(data):
         found = _record_at(data, at)
         if found is not None:
-            records.append(StoredRecord(at, found[1], found[0]))
+            records.append(StoredRecord(start + at, found[1], found[0], found[2] - at))
             at = valid_end = found[2]
             continue
         following = next(_headers_after(data, at), None)
         if following is None:
-            skipped.append(Skipped(str(path), at, len(data) - at, _tail_reason(data, at)))
+            skipped.append(Skipped(str(path), start + at, len(data) - at, _tail_reason(data, at)))
             break
-        skipped.append(Skipped(str(path), at, following - at, "damaged record (bad header or checksum)"))
+        skipped.append(Skipped(str(path), start + at, following - at, "damaged record (bad header or checksum)"))
         at = following
-    return StoreScan(records, skipped, valid_end)
+    return StoreScan(records, skipped, start + valid_end)
 
 
-def read_store(path: Path) -> StoreContents:
+def read_store(path: Path, *, executions: Collection[str] | None = None) -> StoreContents:
     """The calls of one store file that can be read back, grouped by execution in arrival order,
-    with what damage cost."""
-    scanned = scan(path)
+    with what damage cost; only ``executions``' when given (through the index, when there is one)."""
+    scanned = scan(path) if executions is None else _scan_executions(Path(path), set(executions))
     survivors = surviving_calls((r.call_index, r.call) for r in scanned.records)
     return StoreContents(calls={e: [call for _, call in s.calls] for e, s in survivors.items() if s.calls},
                          skipped=scanned.skipped,
                          unrecoverable={e: s.unrecoverable for e, s in survivors.items() if s.unrecoverable})
+
+
+def _scan_executions(path: Path, executions: set[str]) -> StoreScan:
+    """:func:`scan` kept to ``executions``' records, reading only those the index points to and
+    whatever the store holds past the last indexed record."""
+    found = lookup(path, executions)
+    if found is None:
+        whole = scan(path)
+        return StoreScan([r for r in whole.records if r.call.meta.execution in executions], whole.skipped,
+                         whole.valid_end)
+    records: list[StoredRecord] = []
+    skipped: list[Skipped] = []
+    with open(path, "rb") as file:
+        for offset, length in found.spans:
+            file.seek(offset)
+            record = _record_at(file.read(length), 0)
+            if record is None or record[2] != length:  # damage: a gap the survivors account for
+                skipped.append(Skipped(str(path), offset, length, "damaged record (bad header or checksum)"))
+            elif record[0].meta.execution in executions:  # else another execution of the same digest
+                records.append(StoredRecord(offset, record[1], record[0], length))
+    tail = scan(path, start=found.indexed_end)
+    records += [r for r in tail.records if r.call.meta.execution in executions]
+    return StoreScan(records, skipped + tail.skipped, tail.valid_end)
 
 
 class CaptureWriter:
@@ -159,6 +194,9 @@ class CaptureWriter:
         log_skipped(scanned.skipped, log)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         os.ftruncate(self._fd, scanned.valid_end)  # a torn tail goes; the next record starts clean
+        self._end = scanned.valid_end
+        rewrite_index(self.path, [(r.call.meta.execution, r.offset, r.length) for r in scanned.records])
+        self._index_fd = os.open(index_path(self.path), os.O_WRONLY | os.O_APPEND, 0o600)
         survivors = surviving_calls((r.call_index, r.call) for r in scanned.records)
         self._indexes = {execution: _prefix_index(s) for execution, s in survivors.items()}
 
@@ -173,9 +211,12 @@ class CaptureWriter:
         """:meth:`append` for a call whose tokens are already an array (prompt + completion)."""
         index = self._indexes.setdefault(meta.execution, PrefixIndex())
         call = StoredCall(edit=index.add(tokens), prompt_len=prompt_len, logprobs=logprobs, meta=meta)
-        os.write(self._fd, encode(call, call_index=len(index.chain.edits) - 1))
+        record = encode(call, call_index=len(index.chain.edits) - 1)
+        os.write(self._fd, record)
         if self._fsync:
             os.fsync(self._fd)
+        os.write(self._index_fd, entry(meta.execution, self._end, len(record)))  # after the record: never ahead
+        self._end += len(record)
         return call
 
     def record(self, call: CallRecord) -> None:
@@ -185,6 +226,7 @@ class CaptureWriter:
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
+            os.close(self._index_fd)
             self._fd = -1
 
     def __enter__(self) -> CaptureWriter:

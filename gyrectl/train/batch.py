@@ -21,7 +21,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from gyrectl.capture.source import load
+from gyrectl.capture.source import load_executions
 from gyrectl.capture.tree import build_tree
 from gyrectl.config.schema import Config
 from gyrectl.dedup.exact import exact_dedup
@@ -101,7 +101,7 @@ def _entry(obj: dict[str, Any]) -> BatchEntry:
 
 def build_step_batch(*, run: RunDir, config: Config, batch: BatchFile) -> StepBatch:
     """Everything the step trains on; identical on every rank (pure given the files)."""
-    recorded = _recorded_calls(run) if batch.entries else {}
+    recorded = _recorded_calls(run, [e.execution for e in batch.entries]) if batch.entries else {}
     present = [e for e in batch.entries if recorded.get(e.execution)]
     trees = [build_tree(e.execution, recorded[e.execution]) for e in present]
     if config.dedup.mode == "exact":  # token mean over (path, sampled token) pairs: DAPO-style token-level GRPO
@@ -118,13 +118,12 @@ def build_step_batch(*, run: RunDir, config: Config, batch: BatchFile) -> StepBa
         trained_tokens=sum(w.num_trained for w in weighted))
 
 
-def _recorded_calls(run: RunDir) -> dict:
+def _recorded_calls(run: RunDir, executions: list[str]) -> dict:
+    """The batch's calls only (the capture store's index): a step's cost does not grow with the run."""
     # No capture file at all (nothing was ever recorded): every execution of the batch is skipped.
-    # TODO(data plane): this reads every call of the run; a store index by execution would let a
-    # step read only its own.
     if not any(run.trajectories_dir.glob("calls*")):
         return {}
-    recorded = load(run.path)
+    recorded = load_executions(run.path, executions)
     log_skipped(recorded.skipped, log)
     for execution, count in recorded.unrecoverable.items():
         log.warning("execution %s: %d call(s) extend a damaged record and are left out of training", execution, count)

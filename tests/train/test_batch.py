@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from gyrectl.capture.source import load
+from gyrectl.capture.store import scan
 from gyrectl.capture.tree import build_tree
 from gyrectl.config import load_config
 from gyrectl.config.schema import DedupConfig
@@ -61,6 +62,30 @@ def test_counts_advantages_and_a_skipped_execution(run_and_batch):
     assert built.advantages["e0"] > built.advantages["e2"] > built.advantages["e1"]
     assert len(built.micro_batches) > 4 and not any(m.over_budget for m in built.micro_batches)
     assert built.dedup_ratio == pytest.approx(built.naive_tokens / built.unique_tokens)
+
+
+def test_a_step_reads_only_its_batchs_records_from_the_capture_store(tmp_path, tiny_model_dir, tiny_model, caplog):
+    """The batch's calls sit between other executions' (earlier and later steps'); every byte of
+    every record outside the batch is then destroyed. The step's batch is built the same and
+    nothing is reported damaged: it read its own records only (through the store's index)."""
+    run = make_run(tmp_path, tiny_model_dir=tiny_model_dir)
+    ours = rollouts(tiny_model, tasks=TASKS, seed=0)
+    for batch in (rollouts(tiny_model, tasks={f"early{i}": ("t8", 0.0) for i in range(4)}, seed=5), ours,
+                  rollouts(tiny_model, tasks={f"later{i}": ("t9", 0.0) for i in range(4)}, seed=7)):
+        record_calls(run, batch)
+    write_batch(run, step=0, batch=ours)
+    before, _ = step_batch(run)
+    data = bytearray(run.calls_store.read_bytes())
+    for record in scan(run.calls_store).records:
+        if record.call.meta.execution not in TASKS:
+            data[record.offset:record.offset + record.length] = b"\xff" * record.length
+    run.calls_store.write_bytes(bytes(data))
+    with caplog.at_level("WARNING"):
+        after, _ = step_batch(run)
+    assert "skipped" not in caplog.text, caplog.text  # a whole read reports the destroyed records
+    assert (after.naive_tokens, after.unique_tokens, after.trained_tokens, after.num_executions) == \
+        (before.naive_tokens, before.unique_tokens, before.trained_tokens, 4)
+    assert after.advantages == before.advantages and len(after.micro_batches) == len(before.micro_batches)
 
 
 def test_packed_grpo_gradient_equals_naive_per_path_gradient(run_and_batch, tiny_model):
