@@ -11,6 +11,7 @@ and ``scontrol``/``sacct`` are replaced (monkeypatch) at the names the code call
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +166,7 @@ def _slurm_run(tmp_path: Path, layout: str) -> RunDir:
 
 def _fake_slurm(monkeypatch: pytest.MonkeyPatch, jobs: dict[str, list[JobComponent]]) -> None:
     monkeypatch.setattr(slurm_cli, "show_job", lambda job_id: jobs.get(str(job_id)))
+    monkeypatch.setattr(slurm_cli, "show_jobs", lambda ids: {i: jobs[i][0] for i in ids if i in jobs})
     monkeypatch.setattr(slurm_cli, "completed_state", lambda job_id: "COMPLETED")
 
 
@@ -219,3 +221,28 @@ def test_launch_dry_run_needs_no_slurm(tmp_path: Path) -> None:
     shown = json.loads(as_json.stdout)
     assert list(shown) == ["dry_run", "run_dir", "backend", "layout", "script"]
     assert shown["script"] == result.stdout and shown["run_dir"] == str(tmp_path / "slurm-tiny")
+
+
+def test_status_of_a_256_cell_run_asks_slurm_once_for_every_cell_job(monkeypatch: pytest.MonkeyPatch,
+                                                                       tmp_path: Path) -> None:
+    """The cell jobs' states come from one ``squeue`` however many cells (the head's job from one
+    ``scontrol``): Slurm's answer, in its own output format, is parsed into every cell's row."""
+    run = _slurm_run(tmp_path, "cells")
+    run.write_json(run.cells_file, [{"cell": c, "job_id": str(1000 + c), "replacement_job_id": None}
+                                    for c in range(256)])
+    calls: list[list[str]] = []
+
+    def fake(argv, **_: Any):
+        calls.append(list(argv))
+        if argv[0] == "scontrol":
+            return subprocess.CompletedProcess(argv, 0, "JobId=100 JobState=RUNNING Reason=None NodeList=n0\n", "")
+        ids = argv[argv.index("-j") + 1].split(",")
+        lines = [f"{job}|{'RUNNING' if int(job) % 2 else 'NODE_FAIL'}|None|n{job}" for job in ids[:-1]]  # the last forgotten
+        return subprocess.CompletedProcess(argv, 0, "\n".join(lines) + "\n", "")
+
+    monkeypatch.setattr(slurm_cli, "run_slurm", fake)
+    view = invoke("status", str(run.path), "--json")
+    assert [argv[0] for argv in calls] == ["scontrol", "squeue"]
+    cells = [c for c in view["job"]["components"] if "cell" in c]
+    assert len(cells) == 256 and cells[1] == {"id": "1001", "state": "RUNNING", "nodes": "n1001", "cell": 1}
+    assert cells[0]["state"] == "NODE_FAIL" and cells[255]["state"] == "ENDED"

@@ -161,7 +161,7 @@ class SlurmBackend(Backend):
 def _cell_jobs(run: RunDir, damaged: dict[str, str] | None) -> list[dict[str, Any]]:
     """The cells layout's cell jobs (``cells.json``), each with the cell it holds or replaces and
     Slurm's reason while it waits; a damaged ``cells.json`` is noted in ``damaged`` when given."""
-    from gyrectl.cluster.slurm.cli import show_job
+    from gyrectl.cluster.slurm.cli import show_jobs
 
     try:
         cells = read_cells(run)
@@ -170,13 +170,13 @@ def _cell_jobs(run: RunDir, damaged: dict[str, str] | None) -> list[dict[str, An
             raise
         damaged[exc.path.name] = exc.problem
         cells = []
+    held = [(str(cell[key]), cell["cell"]) for cell in cells for key in ("job_id", "replacement_job_id")
+            if cell.get(key) is not None]
+    shown = show_jobs([job for job, _ in held])
     rows = []
-    for cell in cells:
-        for key in ("job_id", "replacement_job_id"):
-            if cell.get(key) is not None:
-                shown = show_job(str(cell[key])) or []
-                state, nodes, reason = (shown[0].state, shown[0].nodes, shown[0].reason) if shown else ("ENDED", "", "")
-                rows.append({"id": str(cell[key]), "state": state, "nodes": nodes, "cell": cell["cell"], "reason": reason})
+    for job, cell in held:
+        state, nodes, reason = (shown[job].state, shown[job].nodes, shown[job].reason) if job in shown else ("ENDED", "", "")
+        rows.append({"id": job, "state": state, "nodes": nodes, "cell": cell, "reason": reason})
     return rows
 
 

@@ -108,6 +108,20 @@ def show_job(job_id: str) -> list[JobComponent] | None:
     return components
 
 
+def show_jobs(job_ids: Sequence[str]) -> dict[str, JobComponent]:
+    """Plain (not heterogeneous) jobs as Slurm reports them, in one ``squeue`` call however many
+    (a run of hundreds of cells asks once); a job Slurm has forgotten is missing."""
+    if not job_ids:
+        return {}
+    out = run_slurm(["squeue", "-h", "-t", "all", "-j", ",".join(job_ids), "-o", "%i|%T|%r|%N"], check=False).stdout
+    jobs = {}
+    for line in out.splitlines():
+        fields = line.strip().split("|", 3)
+        if len(fields) == 4:
+            jobs[fields[0]] = JobComponent(job_id=fields[0], state=fields[1], reason=fields[2], nodes=fields[3])
+    return jobs
+
+
 def completed_state(job_id: str) -> str | None:
     """Final state from the job-completion log (``sacct --completion``), for jobs Slurm has
     already forgotten; ``None`` when that log has nothing either."""
