@@ -27,7 +27,7 @@ from gyrectl.cluster.base import Cluster
 from gyrectl.config.schema import Config
 from gyrectl.run.files import read_job
 from gyrectl.run.rundir import DamagedRunFile, RunDir
-from gyrectl.store.jsonl import scan_jsonl
+from gyrectl.store.jsonl import last_record
 
 Head = Callable[[str], str]
 """The head's entry point (``gyrectl.launch.head.run_head``): takes the run directory, returns how
@@ -175,12 +175,9 @@ def read_job_record(run: RunDir) -> dict[str, Any] | None:
 
 
 def head_ended(run: RunDir) -> dict[str, Any]:
-    """The head's last ``head_ended`` record (a resumed run has one per head that ran)."""
-    ended: dict[str, Any] = {}
-    for record in scan_jsonl(run.journal_file).records:  # run_view reports the journal's damage
-        if record.get("event") == "head_ended":
-            ended = record
-    return ended
+    """The head's last ``head_ended`` record (a resumed run has one per head that ran), read from
+    the journal's end: the head writes it last (run_view reports the journal's damage)."""
+    return last_record(run.journal_file, b"head_ended", lambda record: record.get("event") == "head_ended") or {}
 
 
 def head_end_reason(run: RunDir) -> str:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,12 +68,57 @@ def scan_jsonl(path: Path) -> JsonlContents:
     while start < len(data):
         newline = data.find(b"\n", start)
         end = len(data) if newline < 0 else newline
+        if newline >= 0 and data[start:start + 1] == b"{" and data[end - 1:end] == b"}":
+            try:  # the intact line, as nearly every line is: one decode, no damage bookkeeping
+                record = _DECODER.decode(data[start:end].decode())
+            except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+                record = None
+            if isinstance(record, dict):
+                contents.records.append(record)
+                contents.spans.append((number, start, end))
+                start, number = end + 1, number + 1
+                continue
         line = parse_line(data, start, end, terminated=newline >= 0)
         contents.records.extend(record for record, _, _ in line.records)
         contents.spans.extend((number, lo, hi) for _, lo, hi in line.records)
         contents.skipped.extend(Skipped(str(path), lo, hi - lo, reason, line=number) for lo, hi, reason in line.bad)
         start, number = end + 1, number + 1
     return contents
+
+
+def last_record(path: Path, marker: bytes, where: Callable[[dict[str, Any]], bool]) -> dict[str, Any] | None:
+    """The last record of ``path`` for which ``where`` holds, reading back from the end a block at
+    a time and parsing only lines that hold ``marker`` (bytes every such record's line holds), so
+    a record near the end of a long file costs a block, not the file. Damaged lines are passed over
+    as :func:`scan_jsonl` passes them."""
+    try:
+        file = open(path, "rb")
+    except FileNotFoundError:
+        return None
+    with file:
+        end = file.seek(0, os.SEEK_END)
+        carry = b""  # the start of the line that straddles the block boundary
+        while end > 0:
+            start = max(0, end - _BACK_BLOCK)
+            file.seek(start)
+            block = file.read(end - start) + carry
+            newline = block.find(b"\n")
+            if start > 0 and newline < 0:  # one line longer than the block: read on back
+                carry, end = block, start
+                continue
+            first = newline + 1 if start > 0 else 0  # a partial first line waits for the block before
+            carry, lines = block[:first], block[first:]
+            for line in reversed(lines.split(b"\n")):
+                if marker in line:
+                    parsed = parse_line(line, 0, len(line), terminated=True)
+                    for record, _, _ in reversed(parsed.records):
+                        if where(record):
+                            return record
+            end = start
+        return None
+
+
+_BACK_BLOCK = 1 << 16
 
 
 def read_records(path: Path) -> Iterator[dict[str, Any]]:

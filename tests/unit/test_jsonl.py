@@ -173,3 +173,27 @@ def test_a_tail_returns_whole_new_lines_as_another_process_writes_them(tmp_path:
         assert tail.new() == [{"b": 2}, {"c": 3}]  # the damaged line is skipped, and reported
         assert tail.new() == []
     assert "not valid JSON" in caplog.text
+
+
+def test_the_last_matching_record_is_found_from_the_end_across_blocks(tmp_path: Path) -> None:
+    from gyrectl.store import jsonl
+
+    path = tmp_path / "journal.jsonl"
+    records = [{"event": "step", "i": i, "pad": "x" * (i % 300)} for i in range(3000)]
+    records[10] = {"event": "head_ended", "reason": "first"}
+    records[2500] = {"event": "head_ended", "reason": "second", "pad": "y" * 200_000}  # longer than a block
+    write(path, records)
+    with open(path, "ab") as out:
+        out.write(b'{"event": "head_ended", "reason": "torn')  # a torn tail is no record
+    is_end = lambda r: r.get("event") == "head_ended"  # noqa: E731
+    assert jsonl.last_record(path, b"head_ended", is_end)["reason"] == "second"
+    for block in (97, 4096, 1 << 16):  # every way the lines can straddle the blocks
+        jsonl._BACK_BLOCK, saved = block, jsonl._BACK_BLOCK
+        try:
+            assert jsonl.last_record(path, b"head_ended", is_end)["reason"] == "second"
+            assert jsonl.last_record(path, b'"i":7,', lambda r: r.get("i") == 7)["i"] == 7
+            assert jsonl.last_record(path, b"head_ended", lambda r: r.get("reason") == "first")["reason"] == "first"
+        finally:
+            jsonl._BACK_BLOCK = saved
+    assert jsonl.last_record(path, b"nowhere", is_end) is None
+    assert jsonl.last_record(tmp_path / "missing.jsonl", b"x", is_end) is None
