@@ -74,7 +74,7 @@ class Gateway:
         site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
         await site.start()
         port = site._server.sockets[0].getsockname()[1]  # the real port when settings.port is 0
-        self.url = f"http://{self.settings.advertised_host or self.settings.host}:{port}"
+        self.url = f"http://{self.settings.host}:{port}"
 
     async def stop(self) -> None:
         """New calls get 503 from now on; running ones finish (up to the drain grace)."""

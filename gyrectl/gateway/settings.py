@@ -27,10 +27,8 @@ class GatewaySettings:
     models: tuple[str, ...] = ("tiny",)
     """Model names the rollout servers serve (``--served-model-name``); others get 404."""
     host: str = "127.0.0.1"
-    """Address to listen on."""
-    advertised_host: str = ""
-    """The address harnesses are given in their base URL (empty: ``host``): the head's cluster
-    address when the gateway listens on every interface for harnesses on other nodes."""
+    """Address to listen on, and the one harnesses are given (the head's cluster address when
+    harnesses run on other nodes)."""
     port: int = 0
     """Port to listen on (0: any free port; ``Gateway.url`` tells which)."""
     max_body_bytes: int = 64 * 2**20

@@ -101,8 +101,8 @@ def run_loop(*, run: RunDir, config: Config, cluster: Cluster, nodes: Sequence[N
     harness_nodes = cluster.harness_nodes()
     # A call waits for a server as long as its execution may run: while a crashed cell's server
     # restarts, or while every cell is between roles, harnesses see a slow call, not an error.
-    # Harnesses on other nodes reach the gateway at the head's cluster address.
-    reach = {"host": "0.0.0.0", "advertised_host": nodes[0].address or nodes[0].name} if harness_nodes else {}
+    # Harnesses on other nodes reach the gateway at the head's cluster address (as servers bind theirs).
+    reach = {"host": nodes[0].address or nodes[0].name} if harness_nodes else {}
     settings = GatewaySettings(token=token, admin_token=run.admin_token(), server_key=server_key,
                                models=(served,), server_wait_s=config.rollout.execution_time_limit_s, **reach)
     gateway = BackgroundGateway(settings, sink=writer)
