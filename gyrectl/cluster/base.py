@@ -9,7 +9,7 @@ on the local backend a process group on this machine; in the simulator a virtual
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -103,6 +103,12 @@ class Cluster(abc.ABC):
     @abc.abstractmethod
     def step_status(self, step_id: str) -> StepStatus:
         """Current state of a step started by :meth:`start_step`."""
+
+    def ended_among(self, step_ids: Iterable[str]) -> dict[str, StepStatus]:
+        """The status of each of ``step_ids`` that ended (what the coordinator asks of every
+        serving cell's step each round; a backend that knows which steps ended answers it without
+        a look at each)."""
+        return {step_id: status for step_id in step_ids if (status := self.step_status(step_id)).state.ended}
 
     def harness_nodes(self) -> Sequence[Node]:
         """Nodes of the allocation that run agent harnesses (``cluster.harnesses.nodes``), known

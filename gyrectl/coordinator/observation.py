@@ -32,8 +32,8 @@ class Observation:
     granted: Mapping[int, tuple[Node, ...]] = field(default_factory=dict)
     """Replacement nodes the cluster granted, per cell the state knows as lost."""
     steps: Mapping[str, StepStatus] = field(default_factory=dict)
-    """Status of the server step of every starting, returning and serving cell, and of every
-    sleeping server."""
+    """Status of the server step of every starting and returning cell, and of each serving cell's
+    server and sleeping server that ended (one that is not here still runs)."""
     sessions: Mapping[int, int] = field(default_factory=dict)
     """Executions each draining cell's server still holds."""
     ready: frozenset[int] = frozenset()
@@ -68,11 +68,7 @@ def read_world(state: CoordinatorState, *, cluster: Cluster, gateway: RolloutGat
         steps[cell.step_id] = status = cluster.step_status(cell.step_id)
         if status.state is StepState.RUNNING and gateway.ready(cell.id):
             ready.add(cell.id)
-    for cell in state.cells.by_phase[Phase.ROLLOUT]:
-        steps[cell.step_id] = cluster.step_status(cell.step_id)
-    for cell in state.cells.by_phase[Phase.TRAIN]:
-        if cell.sleeping_server:
-            steps[cell.sleeping_server] = cluster.step_status(cell.sleeping_server)
+    steps.update(cluster.ended_among(state.cells.server_steps))
     training = _training(state, cluster)
     trainer = tuple(cluster.step_status(step_id) for step_id in state.trainer.step_ids) if state.trainer else ()
     committed = state.train is not None and bool(state.train.group) and trainers.committed(state.train.index)

@@ -193,11 +193,13 @@ def answer_server_exits(state: CoordinatorState, seen: Observation) -> list[Reco
     a new server with the latest weights. A sleeping server held nothing: it is forgotten, and its
     cell starts a new one when it returns."""
     recoveries: list[Recovery] = []
-    serving = [(cell, cell.step_id) for cell in state.cells.by_phase[Phase.ROLLOUT]]
-    asleep = [(cell, cell.sleeping_server) for cell in state.cells.by_phase[Phase.TRAIN] if cell.sleeping_server]
-    for cell, step_id in serving + asleep:
-        status = seen.steps[step_id]
-        if not status.state.ended or cell.id in seen.lost_later:  # lost: answered next round
+    servers = state.cells.server_steps
+    # Only the steps that ended are looked at (hundreds of cells serve), serving cells first, by id.
+    ended = sorted((step_id for step_id, status in seen.steps.items() if step_id in servers and status.state.ended),
+                   key=lambda step_id: (servers[step_id].phase is Phase.TRAIN, servers[step_id].id))
+    for step_id in ended:
+        cell, status = servers[step_id], seen.steps[step_id]
+        if cell.id in seen.lost_later:  # lost: answered next round
             continue
         if cell.failures + 1 >= MAX_CELL_FAILURES:
             how = ", asleep" if cell.phase is Phase.TRAIN else ""

@@ -90,6 +90,13 @@ class CellTable(tuple[CellState, ...]):
     def _selections(self) -> dict[tuple[Phase, ...], list[CellState]]:
         return {}
 
+    @cached_property
+    def server_steps(self) -> dict[str, CellState]:
+        """The cell of every serving cell's server step, then of every sleeping server's, by step
+        id: the steps whose exit the coordinator answers each round (remembered per table)."""
+        serving = {cell.step_id: cell for cell in self.by_phase[Phase.ROLLOUT]}
+        return serving | {cell.sleeping_server: cell for cell in self.by_phase[Phase.TRAIN] if cell.sleeping_server}
+
     def select(self, phases: tuple[Phase, ...]) -> list[CellState]:
         """Cells in any of ``phases``, in id order (remembered per table)."""
         found = self._selections.get(phases)

@@ -9,7 +9,7 @@ when its rendezvous has done the batch's work.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from gyrectl.cluster.base import Cluster, Node, StepSpec, StepStatus
 from gyrectl.sim.world import SimulatedStep, SimulatedWorld
@@ -41,3 +41,6 @@ class SimulatedCluster(Cluster):
 
     def step_status(self, step_id: str) -> StepStatus:
         return StepStatus(step_id=step_id, state=self._world.steps[step_id].state)
+
+    def ended_among(self, step_ids: Iterable[str]) -> dict[str, StepStatus]:
+        return {step_id: self.step_status(step_id) for step_id in self._world.ended.intersection(step_ids)}

@@ -95,6 +95,9 @@ class SimulatedWorld:
         self._claimed: dict[int, list[tuple[tuple[int, int], list[int]]]] = {}
         self.batch_tokens: dict[str, int] = {}
         self.steps: dict[str, SimulatedStep] = {}
+        self.ended: set[str] = set()
+        """Ids of the steps that ended, so the cluster answers "which of these ended" without
+        looking at every serving cell's step every round."""
         self._last_role = [""] * num_cells
         self._awake_at = [0.0] * num_cells
         """When each cell's woken server serves again (its wake-up is the train -> rollout switch cost)."""
@@ -300,7 +303,7 @@ class SimulatedWorld:
         if step.state is StepState.RUNNING and run is not None and step_id in run.member_ids and not run.done:
             self._settle_training(step.train_index)
             run.members -= 1
-        step.state = StepState.CANCELLED
+        self._step_ended(step_id, step, StepState.CANCELLED)
         if step.role == "rollout":
             self._servers[step.cell].routed = False
             self._touch(step.cell)
@@ -312,7 +315,8 @@ class SimulatedWorld:
             run = self._trains[step.train_index] = _TrainRun(work_cell_s=work, updated_at=self.now)
         run.member_ids.append(step_id)
         if run.done:
-            step.state = StepState.RUNNING if step.group else StepState.SUCCEEDED
+            if not step.group:  # a resident member stays up
+                self._step_ended(step_id, step, StepState.SUCCEEDED)
             return
         if run.work_cell_s <= 0:  # joined during the step's fixed overhead: nothing left to share
             return
@@ -351,8 +355,12 @@ class SimulatedWorld:
         for step_id in run.member_ids:
             step = self.steps[step_id]
             if step.state is StepState.RUNNING and not step.group:  # a resident member stays up
-                step.state = StepState.SUCCEEDED
+                self._step_ended(step_id, step, StepState.SUCCEEDED)
         return True
+
+    def _step_ended(self, step_id: str, step: SimulatedStep, state: StepState) -> None:
+        step.state = state
+        self.ended.add(step_id)
 
     # -- resident trainers ------------------------------------------------------------------------
     def request_training(self, *, index: int, group: str) -> None:
