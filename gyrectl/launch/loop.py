@@ -13,6 +13,7 @@ so ``gyrectl status`` shows each node's role.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
@@ -27,7 +28,9 @@ from gyrectl.coordinator.events import CellLost, CellPlaced, Event, PhaseChanged
 from gyrectl.coordinator.journal import Journal, read_events, replay
 from gyrectl.coordinator.loop import run_coordinator
 from gyrectl.coordinator.state import CoordinatorState, Phase, limits_from_config
+from gyrectl.config.placement import replicas_per_cell
 from gyrectl.gateway.background import BackgroundGateway
+from gyrectl.gateway.limits import raise_open_files
 from gyrectl.gateway.settings import GatewaySettings
 from gyrectl.launch.steps import step_factory
 from gyrectl.launch.trainers import RunDirTrainers
@@ -46,6 +49,8 @@ from gyrectl.run.rundir import RunDir
 from gyrectl.scheduler import POLICIES
 from gyrectl.store.jsonl import read_records
 from gyrectl.tracking.publisher import TrackingPublisher
+
+log = logging.getLogger(__name__)
 
 
 class NodeRoles:
@@ -105,6 +110,9 @@ def run_loop(*, run: RunDir, config: Config, cluster: Cluster, nodes: Sequence[N
     reach = {"host": nodes[0].address or nodes[0].name} if harness_nodes else {}
     settings = GatewaySettings(token=token, admin_token=run.admin_token(), server_key=server_key,
                                models=(served,), server_wait_s=config.rollout.execution_time_limit_s, **reach)
+    sessions = config.num_cells * replicas_per_cell(config) * config.rollout.concurrency_per_server
+    if shortfall := raise_open_files(sessions):
+        log.warning(shortfall)
     gateway = BackgroundGateway(settings, sink=writer)
     steps = step_factory(config, run=run)
     cell_nodes = cells_of(nodes, config.cells.nodes_per_cell)
