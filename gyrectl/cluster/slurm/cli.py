@@ -171,10 +171,7 @@ def partition_nodes() -> list[PartitionNode]:
 
 def job_states(job_ids: Sequence[str]) -> dict[str, str]:
     """Slurm's state of each job (``squeue -t all``); a job Slurm has forgotten is missing."""
-    if not job_ids:
-        return {}
-    out = run_slurm(["squeue", "-h", "-t", "all", "-j", ",".join(job_ids), "-o", "%i|%T"], check=False).stdout
-    return dict(line.strip().split("|", 1) for line in out.splitlines() if "|" in line)
+    return {job_id: job.state for job_id, job in show_jobs(job_ids).items()}
 
 
 def job_nodes(job_id: str) -> list[str]:
