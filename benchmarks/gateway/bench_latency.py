@@ -19,40 +19,11 @@ import secrets
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import aiohttp
+from gateway_only import one_round, pct  # beside this file
 
-
-async def session(http: aiohttp.ClientSession, url: str, headers: dict, calls: int, out: list, errors: list) -> None:
-    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
-    for _ in range(calls):
-        start = time.perf_counter()
-        try:
-            async with http.post(url, json=body, headers=headers) as response:
-                await response.read()
-                if response.status != 200:
-                    errors.append(response.status)
-                    continue
-        except aiohttp.ClientError as exc:
-            errors.append(repr(exc))
-            continue
-        out.append(time.perf_counter() - start)
-
-
-async def round_(url: str, headers: dict, sessions: int, calls: int) -> tuple[list[float], list]:
-    latencies: list[float] = []
-    errors: list = []
-    connector = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=300)) as http:
-        await asyncio.gather(*(session(http, url, headers, calls, latencies, errors) for _ in range(sessions)))
-    return latencies, errors
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+BODY = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -67,14 +38,14 @@ async def main(args: argparse.Namespace) -> None:
         paths = {"direct": (f"{args.vllm_url}/v1/chat/completions", {}),
                  "gateway": (f"{gateway_url}/x/bench/v1/chat/completions", {"Authorization": f"Bearer {token}"})}
         results = {name: ([], []) for name in paths}
-        await round_(*paths["direct"], 16, 1)  # warm-up: connections, prefix cache
+        await one_round(*paths["direct"], BODY, 16, 1)  # warm-up: connections, prefix cache
         for _ in range(args.rounds):
             for name, (url, headers) in paths.items():
-                latencies, errors = await round_(url, headers, args.sessions, args.calls_per_session)
+                latencies, errors, _ = await one_round(url, headers, BODY, args.sessions, args.calls_per_session)
                 results[name][0].extend(latencies)
                 results[name][1].extend(errors)
-        summary = {name: {"calls": len(lat), "errors": len(err), "p50_ms": round(pct(lat, 0.5), 2),
-                          "p99_ms": round(pct(lat, 0.99), 2)} for name, (lat, err) in results.items()}
+        summary = {name: {"calls": len(lat), "errors": len(err), "p50_ms": pct(lat, 0.5), "p99_ms": pct(lat, 0.99)}
+                   for name, (lat, err) in results.items()}
         summary["added"] = {q: round(summary["gateway"][q] - summary["direct"][q], 2) for q in ("p50_ms", "p99_ms")}
         summary["records"] = sum(1 for _ in open(tmp / "calls.jsonl"))
         print(json.dumps(summary, indent=2))
