@@ -52,6 +52,8 @@ class PrefixIndex:
         parent, shared = self._best_continuation(tokens, keys[matched], matched)
         edit = Edit(parent=parent, offset=shared, suffix=tokens[shared:].copy())
         call = self.chain.append(edit)
+        if shared == len(tokens):
+            return edit  # wholly inside an earlier call (a retry), which stands for it as a parent
         for level in range(matched, len(keys)):
             is_last = level == len(keys) - 1
             if is_last or keys[level + 1] not in self._continuations:
@@ -80,4 +82,6 @@ class PrefixIndex:
             shared = start + common_prefix_length(tokens[start:end], self.chain.tokens(call, start, end))
             if shared > best_shared:
                 best, best_shared = call, shared
+                if shared == min(end, len(tokens)):
+                    break  # no continuation can share more: the first to share it all is kept
         return best, best_shared

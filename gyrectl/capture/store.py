@@ -15,7 +15,7 @@ Records of files written before it existed (``"GYC1"``: no call index, CRC of th
 are still read, their calls numbered by arrival; a writer appends ``"GYC2"`` records after them.
 The version is inside the checksum, so a damaged magic cannot make a record decode the wrong way.
 
-A record is written with one ``write`` (and ``fsync``'d): a crash can only tear the last one.
+Records are written with one ``write`` per batch (and ``fsync``'d): a crash can only tear the last one.
 Damage costs only the record it hits: the reader resynchronises on the next header whose
 checksum holds, and a tail with no valid record after it is torn. Every skip is reported. Since
 a call is an edit of an earlier one, an intact call whose ancestor was lost cannot be rebuilt:
@@ -33,7 +33,7 @@ import logging
 import os
 import struct
 import zlib
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -201,27 +201,43 @@ class CaptureWriter:
         self._indexes = {execution: _prefix_index(s) for execution, s in survivors.items()}
 
     def append(self, record: CallRecord) -> StoredCall:
-        return self.append_tokens(
-            metadata_only(record), np.array(record.prompt_token_ids + record.completion_token_ids, dtype=np.int32),
-            prompt_len=len(record.prompt_token_ids),
-            logprobs=None if record.logprobs is None else np.array(record.logprobs, np.float32))
+        call, data = self._encode_record(record)
+        self._write([(record.execution, data)])
+        return call
 
     def append_tokens(self, meta: CallRecord, tokens: np.ndarray, *, prompt_len: int,
                       logprobs: np.ndarray | None) -> StoredCall:
         """:meth:`append` for a call whose tokens are already an array (prompt + completion)."""
-        index = self._indexes.setdefault(meta.execution, PrefixIndex())
-        call = StoredCall(edit=index.add(tokens), prompt_len=prompt_len, logprobs=logprobs, meta=meta)
-        record = encode(call, call_index=len(index.chain.edits) - 1)
-        os.write(self._fd, record)
-        if self._fsync:
-            os.fsync(self._fd)
-        os.write(self._index_fd, entry(meta.execution, self._end, len(record)))  # after the record: never ahead
-        self._end += len(record)
+        call, record = self._encode(meta, tokens, prompt_len=prompt_len, logprobs=logprobs)
+        self._write([(meta.execution, record)])
         return call
 
-    def record(self, call: CallRecord) -> None:
-        """The gateway's sink protocol (:class:`gyrectl.gateway.sink.CallSink`)."""
-        self.append(call)
+    def record_many(self, calls: Sequence[CallRecord]) -> None:
+        """The gateway's sink protocol (:class:`gyrectl.gateway.sink.CallSink`): one write and
+        one fsync for the batch."""
+        self._write([(call.execution, self._encode_record(call)[1]) for call in calls])
+
+    def _encode_record(self, record: CallRecord) -> tuple[StoredCall, bytes]:
+        return self._encode(metadata_only(record),
+                            np.array(record.prompt_token_ids + record.completion_token_ids, dtype=np.int32),
+                            prompt_len=len(record.prompt_token_ids),
+                            logprobs=None if record.logprobs is None else np.array(record.logprobs, np.float32))
+
+    def _encode(self, meta: CallRecord, tokens: np.ndarray, *, prompt_len: int,
+                logprobs: np.ndarray | None) -> tuple[StoredCall, bytes]:
+        index = self._indexes.setdefault(meta.execution, PrefixIndex())
+        call = StoredCall(edit=index.add(tokens), prompt_len=prompt_len, logprobs=logprobs, meta=meta)
+        return call, encode(call, call_index=len(index.chain.edits) - 1)
+
+    def _write(self, records: Sequence[tuple[str, bytes]]) -> None:
+        os.write(self._fd, b"".join(record for _, record in records))
+        if self._fsync:
+            os.fsync(self._fd)
+        entries = []
+        for execution, record in records:
+            entries.append(entry(execution, self._end, len(record)))
+            self._end += len(record)
+        os.write(self._index_fd, b"".join(entries))  # after the records: never ahead of them
 
     def close(self) -> None:
         if self._fd >= 0:

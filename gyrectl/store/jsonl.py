@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -186,7 +186,7 @@ def parse_line(data: bytes, start: int, end: int, *, terminated: bool) -> Parsed
 
 
 class JsonlAppender:
-    """Appends records to one JSONL file, durably (one write + fsync per record)."""
+    """Appends records to one JSONL file, durably (one write + fsync per record, or per batch)."""
 
     def __init__(self, path: Path, *, fsync: bool = True):
         self.path = Path(path)
@@ -212,8 +212,12 @@ class JsonlAppender:
             os.write(self._fd, b"\n")
 
     def append(self, record: dict[str, Any]) -> None:
-        line = json.dumps(record, separators=(",", ":"), sort_keys=True) + "\n"
-        os.write(self._fd, line.encode())
+        self.append_many([record])
+
+    def append_many(self, records: Sequence[dict[str, Any]]) -> None:
+        """One write and one fsync for all of ``records`` (a crash still tears only the last line)."""
+        lines = "".join(json.dumps(record, separators=(",", ":"), sort_keys=True) + "\n" for record in records)
+        os.write(self._fd, lines.encode())
         if self._fsync:
             os.fsync(self._fd)
 

@@ -136,3 +136,18 @@ def test_writer_reopened_keeps_deduplicating(tmp_path):
     one_call = path.stat().st_size - size
     new_tokens = read_store(path).calls["e0"][6].edit.suffix
     assert one_call < 4 * len(new_tokens) + 400  # the prefix was not stored again
+
+
+def test_json_form_is_every_field_in_plain_containers_and_owns_them():
+    record = CallRecord(execution="e", prompt_token_ids=(1, 2), completion_token_ids=(3,), logprobs=(-0.5,),
+                        tool_calls=({"id": "t", "function": {"name": "f", "arguments": "{}"}},),
+                        segments=({"server": "a", "weight_version": 1, "start": 0},), extra={"usage": {"n": 1}})
+    out = record.to_json()
+    assert out == {**{f.name: getattr(record, f.name) for f in dataclasses.fields(CallRecord)},
+                   "prompt_token_ids": [1, 2], "completion_token_ids": [3], "logprobs": [-0.5],
+                   "tool_calls": [dict(record.tool_calls[0])], "segments": [dict(record.segments[0])]}
+    out["tool_calls"][0]["function"]["name"] = "changed"
+    out["segments"][0]["start"] = 9
+    out["extra"]["usage"]["n"] = 2
+    assert record.tool_calls[0]["function"]["name"] == "f" and record.segments[0]["start"] == 0
+    assert record.extra == {"usage": {"n": 1}} and CallRecord.from_json(record.to_json()) == record

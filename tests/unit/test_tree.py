@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gyrectl.capture.prefix import PrefixIndex
+from gyrectl.capture.prefix import PrefixIndex, common_prefix_length
 from gyrectl.capture.record import CallRecord
 from gyrectl.capture.stored import full_records, stored_calls
 from gyrectl.capture.tree import build_tree
@@ -122,3 +122,24 @@ def test_a_call_moved_between_servers_carries_per_piece_weight_versions():
                                   {"server": "b", "weight_version": 8, "start": 3}))
     tree = tree_of([record])
     assert tree.weight_version.tolist() == [-1, -1, 7, 7, 7, 8]
+
+
+def test_prefix_index_shares_the_longest_prefix_of_any_earlier_call_and_retries_cost_no_scan():
+    rng = np.random.default_rng(3)
+    index, seen = PrefixIndex(block=4), []
+    for _ in range(400):  # calls that retry, extend or fork earlier ones, some several times over
+        if seen and rng.random() < 0.8:
+            earlier = seen[rng.integers(len(seen))]
+            cut = int(rng.integers(0, len(earlier) + 1))
+            tokens = np.concatenate([earlier[:cut], rng.integers(0, 3, int(rng.integers(0, 6)))]).astype(np.int32)
+        else:
+            tokens = rng.integers(0, 3, int(rng.integers(0, 12))).astype(np.int32)
+        longest = max((common_prefix_length(tokens, s) for s in seen), default=0)
+        edit = index.add(tokens)
+        assert edit.offset == longest
+        assert index.chain.tokens(len(seen)).tolist() == tokens.tolist()
+        seen.append(tokens)
+    retries = PrefixIndex()
+    for _ in range(1000):
+        retries.add(np.arange(80, dtype=np.int32))
+    assert sum(len(calls) for calls in retries._continuations.values()) == 1
