@@ -1,6 +1,8 @@
 """A stub rollout server for gateway benchmarks: answers vLLM's chat route in vLLM's shape (token
-ids and logprobs included, as the gateway asks for them), streaming or not, after a fixed delay,
-with no model behind it, so what is measured is the gateway and not an engine.
+ids and logprobs included, as the gateway asks for them), streaming or not, after a delay (the
+stub's ``--delay-ms``, or the call's own ``stub_delay_ms`` body field, which the gateway passes on
+like any field it does not know), with no model behind it, so what is measured is the gateway and
+not an engine.
 
     python benchmarks/gateway/stub_upstream.py [--delay-ms 0] [--tokens 16]   # prints its URL
 
@@ -45,9 +47,11 @@ def app(*, delay_s: float, tokens: int) -> web.Application:
     body, events = reply(tokens), b"".join(chunks(tokens))
 
     async def chat(request: web.Request) -> web.StreamResponse:
-        stream = (await request.json()).get("stream")
-        if delay_s:
-            await asyncio.sleep(delay_s)
+        body_in = await request.json()
+        delay = body_in.get("stub_delay_ms", delay_s * 1000) / 1000
+        if delay:
+            await asyncio.sleep(delay)
+        stream = body_in.get("stream")
         if not stream:
             return web.Response(body=body, content_type="application/json")
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})

@@ -1,7 +1,7 @@
 """Runs a gateway in its own process until SIGINT/SIGTERM (what the head process starts).
 
     python -m gyrectl.gateway --token-file RUN/token --admin-token-file RUN/admin_token \\
-        --server-key-file RUN/server_key --records RUN/calls.jsonl \\
+        --server-key-file RUN/server_key --records RUN/calls.seg \\
         --server node1=http://127.0.0.1:8100 --port 8000 --models tiny
 
 Without ``--admin-token-file`` the admin routes are off. A token file that is missing, empty or
@@ -17,6 +17,9 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
+import uvloop
+
+from gyrectl.capture.store import CaptureWriter
 from gyrectl.gateway import Gateway, GatewaySettings, JsonlCallSink
 from gyrectl.gateway.settings import WeakToken
 
@@ -44,7 +47,8 @@ def _refuse(message: str) -> NoReturn:
 
 
 async def serve(args: argparse.Namespace, settings: GatewaySettings) -> None:
-    sink = JsonlCallSink(Path(args.records), fsync=not args.no_fsync)
+    records = Path(args.records)
+    sink = (CaptureWriter if records.suffix == ".seg" else JsonlCallSink)(records, fsync=not args.no_fsync)
     gateway = Gateway(settings, sink=sink)
     await gateway.start()
     for spec in args.server:
@@ -64,14 +68,19 @@ def main() -> None:
     parser.add_argument("--token-file", required=True, help="the client token harnesses present")
     parser.add_argument("--admin-token-file", help="the token the admin routes take (none: admin routes off)")
     parser.add_argument("--server-key-file", help="the rollout servers' API key, sent on every upstream call")
-    parser.add_argument("--records", required=True, help="JSONL file the calls are appended to")
+    parser.add_argument("--records", required=True,
+                        help="where the calls are appended: a capture store (as the head writes) if it ends in .seg, else JSONL")
     parser.add_argument("--server", action="append", default=[], help="NAME=URL of a rollout server")
     parser.add_argument("--models", nargs="+", default=["tiny"])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--no-fsync", action="store_true", help="skip the per-record fsync (benchmarks)")
+    parser.add_argument("--no-fsync", action="store_true", help="skip the records' fsync (benchmarks)")
+    parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop",
+                        help="the event loop (the head's gateway runs on uvloop; asyncio to compare)")
     args = parser.parse_args()
-    asyncio.run(serve(args, settings_from(args)))
+    settings = settings_from(args)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop if args.loop == "uvloop" else asyncio.new_event_loop) as runner:
+        runner.run(serve(args, settings))
 
 
 if __name__ == "__main__":

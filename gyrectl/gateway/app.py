@@ -23,12 +23,13 @@ from typing import Any
 
 from aiohttp import web
 
-from gyrectl.gateway import anthropic, chat, completions, relay
+from gyrectl.gateway import anthropic, chat, completions, relay, wire_json
 from gyrectl.gateway.auth import Caller, identify, is_admin, presented_key
 from gyrectl.gateway.capture import CallContext
 from gyrectl.gateway.engine import EngineDeps, Generation
 from gyrectl.gateway.errors import GatewayError, bad_request, forbidden, unauthorized, unavailable
 from gyrectl.gateway.pool import ServerPool
+from gyrectl.gateway.commit import GroupCommit
 from gyrectl.gateway.settings import GatewaySettings
 from gyrectl.gateway.sink import CallSink
 from gyrectl.gateway.sse import DONE, encode
@@ -63,7 +64,7 @@ class Gateway:
 
     async def start(self) -> None:
         upstream = Upstream(read_timeout_s=self.settings.read_timeout_s, server_key=self.settings.server_key)
-        self._deps = EngineDeps(self.pool, upstream, self.sink, max_attempts=self.settings.max_attempts)
+        self._deps = EngineDeps(self.pool, upstream, GroupCommit(self.sink), max_attempts=self.settings.max_attempts)
         app = web.Application(client_max_size=self.settings.max_body_bytes, middlewares=[self._errors])
         app.router.add_route("*", "/admin/servers", self._admin)
         app.router.add_route("*", "/admin/servers/{name}", self._admin)
@@ -83,6 +84,7 @@ class Gateway:
             await self._runner.cleanup()
         if self._deps is not None:
             await self._deps.upstream.close()
+            await self._deps.records.close()
 
     # -- client calls ------------------------------------------------------------------------
     async def _client(self, request: web.Request) -> web.StreamResponse:
@@ -90,7 +92,7 @@ class Gateway:
         if self._closing:
             raise unavailable("The gateway is shutting down.")
         if caller.api_path == "/v1/models":
-            return web.json_response({"object": "list", "data": [
+            return wire_json.response({"object": "list", "data": [
                 {"id": m, "object": "model", "created": 0, "owned_by": "gyrectl"} for m in self.settings.models]})
         api = _APIS.get(caller.api_path)
         if api is None:
@@ -108,7 +110,7 @@ class Gateway:
     async def _generate(self, request: web.Request, ctx: CallContext, body: dict[str, Any]) -> web.StreamResponse:
         call = Generation(self._deps, ctx, chat if ctx.api == "chat" else completions, body)
         if not body.get("stream"):
-            return web.json_response(await call.respond())
+            return wire_json.response(await call.respond())
         chunks = (encode(chunk) async for chunk in call.stream())
         return await _sse(request, chunks, done=True, error_event=_openai_error_event)
 
@@ -116,7 +118,7 @@ class Gateway:
         chat_body = anthropic.to_chat_request(body)
         if not chat_body["stream"]:
             reply = await Generation(self._deps, ctx, chat, chat_body).respond()
-            return web.json_response(anthropic.to_message(reply))
+            return wire_json.response(anthropic.to_message(reply))
         chat_body["stream_options"] = {"include_usage": True}
         call = Generation(self._deps, ctx, chat, chat_body)
 
@@ -131,7 +133,7 @@ class Gateway:
 
     async def _responses(self, request: web.Request, ctx: CallContext, body: dict[str, Any]) -> web.StreamResponse:
         if not body.get("stream"):
-            return web.json_response(await relay.respond(self._deps, ctx, body))
+            return wire_json.response(await relay.respond(self._deps, ctx, body))
         events = (encode(data, name) async for name, data in relay.stream(self._deps, ctx, body))
         return await _sse(request, events, done=False, error_event=_openai_error_event)
 
@@ -154,7 +156,7 @@ class Gateway:
                 raise GatewayError(405, f"{request.method} {request.path} is not an admin action.")
         except KeyError as exc:  # the pool's: no server of that name (bodies are checked above)
             raise GatewayError(404, f"{exc.args[0]}", code="unknown_server") from exc
-        return web.json_response({"servers": [
+        return wire_json.response({"servers": [
             {"name": s.name, "url": s.url, "state": s.state.value, "num_inflight": s.num_inflight,
              "weight_version": s.weight_version} for s in self.pool.views()]})
 
@@ -184,10 +186,10 @@ class Gateway:
             return await handler(request)
         except GatewayError as err:
             body = err.anthropic_body() if anthropic_shape else err.openai_body()
-            return web.json_response(body, status=err.status)
+            return wire_json.response(body, status=err.status)
         except UpstreamRejected as rejected:
             if anthropic_shape:
-                return web.json_response(_rejection(rejected).anthropic_body(), status=rejected.status)
+                return wire_json.response(_rejection(rejected).anthropic_body(), status=rejected.status)
             return web.Response(body=rejected.body, status=rejected.status, content_type="application/json")
 
 

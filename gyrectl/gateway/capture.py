@@ -145,7 +145,8 @@ def reply_problem(reply: dict[str, Any], *, whole: bool) -> str | None:
 
 
 def _ids_or_none(ids: Any) -> bool:
-    return ids is None or isinstance(ids, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in ids)
+    # ``map(type, ...)`` runs in C: this is on every reply and chunk (bool is not a token id).
+    return ids is None or isinstance(ids, list) and (not ids or set(map(type, ids)) == {int})
 
 
 def _number(value: Any) -> bool:

@@ -7,7 +7,7 @@
         +<-- re-send the whole call ---+-- continue each unfinished choice token-in/token-out
                                        |   on another server, same stream for the client
                                        v
-                          finished: one CallRecord per choice to the sink
+                          finished: one CallRecord per choice, durable (commit)
 
 The client never sees a lost server; it sees an error only if every attempt fails (``retry``
 says which servers an attempt may use and what a failure means for the server).
@@ -21,12 +21,13 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from gyrectl.capture.record import CallRecord
 from gyrectl.gateway import capture as cap
+from gyrectl.gateway.commit import GroupCommit
 from gyrectl.gateway.continuation import continuation_body, remaining_tokens
 from gyrectl.gateway.errors import GatewayError, Loss, UpstreamLost
 from gyrectl.gateway.pool import Lease, ServerPool
 from gyrectl.gateway.retry import Attempts
-from gyrectl.gateway.sink import CallSink
 from gyrectl.gateway.upstream import Upstream, UpstreamRejected
 
 CONTINUATION_PATH = "/v1/completions"
@@ -36,7 +37,7 @@ CONTINUATION_PATH = "/v1/completions"
 class EngineDeps:
     pool: ServerPool
     upstream: Upstream
-    sink: CallSink
+    records: GroupCommit
     max_attempts: int
     """Servers one call may try (``GatewaySettings.max_attempts``)."""
 
@@ -64,7 +65,7 @@ class Generation:
                 if any(not c.finished for c in captures.values()):
                     raise UpstreamLost(f"{lease.server}: call aborted", Loss.ENDED)
                 self.captures = captures
-                self._record()
+                await self._record()
                 return self.api.strip_response(response, self.asked)
         raise attempts.gave_up()
 
@@ -91,12 +92,13 @@ class Generation:
                 raise attempts.gave_up()
             if self.asked.include_usage and header is not None:
                 yield self.api.usage_chunk(header, self.captures)
+            await self._record()  # the client's end of stream follows a durable record
         except (GatewayError, UpstreamRejected):
             unfinished = cap.UPSTREAM_ERROR
             raise
         finally:
-            if self.captures:
-                self._record(unfinished)
+            if self.captures:  # cut short: kept all the same, nobody left to wait for it
+                self.deps.records.commit_later(self._take_records(unfinished))
 
     async def _first_attempt(self, lease: Lease) -> AsyncIterator[dict[str, Any]]:
         request_id = uuid.uuid4().hex
@@ -150,10 +152,13 @@ class Generation:
         # Completions name each prompt's sub-request "<id>-<i>"; chat has just the one.
         return [prefixed] + [f"{prefixed}-{i}" for i in range(_num_prompts(self.request))]
 
-    def _record(self, unfinished: str = cap.CLIENT_CLOSED) -> None:
-        for record in cap.records(self.ctx, self.captures, unfinished=unfinished):
-            self.deps.sink.record(record)
+    async def _record(self) -> None:
+        await self.deps.records.commit(self._take_records(cap.CLIENT_CLOSED))
+
+    def _take_records(self, unfinished: str) -> list[CallRecord]:
+        records = cap.records(self.ctx, self.captures, unfinished=unfinished)
         self.captures = {}
+        return records
 
 
 def _readable(lease: Lease, reply: dict[str, Any], *, whole: bool) -> dict[str, Any]:

@@ -157,7 +157,9 @@ class ServerPool:
         server = self._servers.get(name)
         if server is None:
             return
-        pinned = sum(not lease.movable for lease in server.leases)
+        # Only a draining server's unmovable calls matter; counting them on every call's end of
+        # an active server made each end cost its server's calls in flight.
+        pinned = sum(not lease.movable for lease in server.leases) if server.state is ServerState.DRAINING else 0
         verdict = transition(server.state, event, num_inflight=len(server.leases), num_pinned=pinned)
         if verdict.cancel_calls:
             for lease in list(server.leases):

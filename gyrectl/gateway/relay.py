@@ -23,7 +23,7 @@ async def respond(deps: EngineDeps, ctx: CallContext, body: dict[str, Any]) -> d
             request_id = uuid.uuid4().hex
             reply = _readable(lease, await deps.upstream.post_json(
                 lease, responses.PATH, upstream_body, request_id=request_id, abort_ids=[f"resp_{request_id}"]))
-            deps.sink.record(responses.record_of(ctx, reply, lease))
+            await deps.records.commit([responses.record_of(ctx, reply, lease)])
             return responses.strip_response(reply, asked)
     raise attempts.gave_up()
 
@@ -40,7 +40,7 @@ async def stream(deps: EngineDeps, ctx: CallContext,
                     lease, responses.PATH, upstream_body, request_id=request_id,
                     abort_ids=[f"resp_{request_id}"], ends_with_done=False):
                 if data.get("type") == "response.completed":
-                    deps.sink.record(responses.record_of(ctx, _readable(lease, data.get("response")), lease))
+                    await deps.records.commit([responses.record_of(ctx, _readable(lease, data.get("response")), lease)])
                 lease.movable = False  # the client has seen events, which cannot be re-made elsewhere
                 yield name, responses.strip_event(data, asked)
             return

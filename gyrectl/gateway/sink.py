@@ -1,11 +1,12 @@
 """Where the gateway puts each finished call: anything with ``record(CallRecord)``.
 
 The capture store implements the same protocol; :class:`JsonlCallSink` is the simple durable
-default (one fsync'd JSON line per call, see ``gyrectl.store.jsonl``).
+default (JSON lines, fsync'd once per batch of calls, see ``gyrectl.store.jsonl``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -14,16 +15,17 @@ from gyrectl.store.jsonl import JsonlAppender
 
 
 class CallSink(Protocol):
-    def record(self, call: CallRecord) -> None:
-        """Keeps ``call``; called once per choice of every finished (or cut-off) call."""
+    def record_many(self, calls: Sequence[CallRecord]) -> None:
+        """Keeps ``calls`` (one record per choice of every finished or cut-off call), durably
+        before it returns; called from one thread at a time (``gyrectl.gateway.commit``)."""
 
 
 class JsonlCallSink:
     def __init__(self, path: Path, *, fsync: bool = True):
         self._appender = JsonlAppender(path, fsync=fsync)
 
-    def record(self, call: CallRecord) -> None:
-        self._appender.append(call.to_json())
+    def record_many(self, calls: Sequence[CallRecord]) -> None:
+        self._appender.append_many([call.to_json() for call in calls])
 
     def close(self) -> None:
         self._appender.close()

@@ -6,9 +6,10 @@ by a blank line. Comments (``:``) and ``id:``/``retry:`` lines are ignored.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
+
+from gyrectl.gateway import wire_json
 
 DONE = "[DONE]"
 
@@ -55,6 +56,6 @@ def _parse_block(block: str) -> SseEvent | None:
 
 def encode(data: Any, event: str | None = None) -> bytes:
     """One SSE event; ``data`` is JSON-encoded unless it is already a string (``[DONE]``)."""
-    text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
-    head = f"event: {event}\n" if event else ""
-    return f"{head}data: {text}\n\n".encode()
+    text = data.encode() if isinstance(data, str) else wire_json.dumps(data)
+    head = f"event: {event}\n".encode() if event else b""
+    return b"%bdata: %b\n\n" % (head, text)

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 
+from gyrectl.gateway import wire_json
 from gyrectl.gateway.errors import Loss, UpstreamLost
 from gyrectl.gateway.pool import Lease
 from gyrectl.gateway.sse import DONE, SseParser
@@ -86,9 +86,9 @@ class Upstream:
         if lease.cancelled:
             raise UpstreamLost(f"{lease.server}: call cancelled")
         # vLLM names the request after X-Request-Id, which is what makes it abortable by id.
-        headers = {"X-Request-Id": request_id}
+        headers = {"X-Request-Id": request_id, "Content-Type": "application/json"}
         try:
-            response = await self._session.post(lease.url + path, json=body, headers=headers)
+            response = await self._session.post(lease.url + path, data=wire_json.dumps(body), headers=headers)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             raise UpstreamLost(f"{lease.server}: {exc!r}") from exc
         lease.on_cancel(lambda: self._cancel(lease, response, abort_ids))
@@ -119,7 +119,7 @@ def _reply(lease: Lease, raw: str | bytes) -> dict[str, Any]:
     """A reply or stream event as a JSON object; an error the server sends in place of one
     (vLLM does mid-stream) fails the call like a 5xx."""
     try:
-        data = json.loads(raw)
+        data = wire_json.loads(raw)
     except (ValueError, RecursionError) as exc:  # ValueError: bad JSON or bad UTF-8
         raise UpstreamLost(f"{lease.server}: reply is not JSON: {exc}", Loss.GARBAGE) from exc
     if not isinstance(data, dict):

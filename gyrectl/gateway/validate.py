@@ -5,12 +5,12 @@ break every later call."""
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from typing import Any
 from urllib.parse import urlsplit
 
+from gyrectl.gateway import wire_json
 from gyrectl.gateway.errors import bad_request, unknown_model
 
 _NULL = type(None)
@@ -45,18 +45,13 @@ _SERVER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # one URL path s
 
 def parse_body(raw: bytes) -> dict[str, Any]:
     try:
-        body = json.loads(raw, parse_constant=_refuse_constant)
+        body = wire_json.loads(raw)
     except (ValueError, RecursionError) as exc:  # ValueError: bad JSON, bad UTF-8, NaN
         reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
         raise bad_request(f"The request body is not valid JSON: {reason}") from exc
     if not isinstance(body, dict):
         raise bad_request("The request body must be a JSON object.")
     return body
-
-
-def _refuse_constant(name: str) -> Any:
-    # Python's json reads NaN and Infinity, which JSON does not have and no sampler can use.
-    raise ValueError(f"{name} is not a JSON number")
 
 
 def check_request(api: str, body: dict[str, Any], served: tuple[str, ...]) -> None:

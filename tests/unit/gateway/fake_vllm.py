@@ -124,8 +124,8 @@ class ListSink:
     def __init__(self) -> None:
         self.records: list[CallRecord] = []
 
-    def record(self, call: CallRecord) -> None:
-        self.records.append(call)
+    def record_many(self, calls: list[CallRecord]) -> None:
+        self.records.extend(calls)
 
 
 @dataclass
