@@ -99,6 +99,7 @@ def check_config(config: Config) -> None:
     _at_least("cluster.mem_per_node_gb", cluster.mem_per_node_gb, 0)
     _at_least("cluster.gpu_memory_gb", cluster.gpu_memory_gb, 0)
     _at_least("cluster.head.cpus", cluster.head.cpus, 1)
+    _at_least("cluster.head.gateway_processes", cluster.head.gateway_processes, 1)
     _at_least("cluster.head.mem_gb", cluster.head.mem_gb, 0)
     _at_least("cluster.harnesses.nodes", cluster.harnesses.nodes, 0)
     _at_least("cluster.harnesses.cpus", cluster.harnesses.cpus, 1)

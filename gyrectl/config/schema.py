@@ -36,6 +36,11 @@ class HeadConfig:
     """Memory of the head component in GB (0 = the partition's default)."""
     partition: str = ""
     """Partition of the head component (empty = ``cluster.partition``); often a CPU partition."""
+    gateway_processes: int = 1
+    """Gateway processes on the head, sharing one port (the kernel spreads the harnesses'
+    connections over them). 1: the gateway runs inside the head's process. One process carries
+    about 2,400 calls/s and 10,000 open sessions within a 20,000 open-files limit (docs/performance.md);
+    more spread the calls over more of the head's CPUs."""
 
 
 @dataclass(frozen=True)

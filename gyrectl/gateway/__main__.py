@@ -36,7 +36,7 @@ def settings_from(args: argparse.Namespace) -> GatewaySettings:
     try:
         return GatewaySettings(token=secret(args.token_file), admin_token=secret(args.admin_token_file),
                                server_key=secret(args.server_key_file), models=tuple(args.models),
-                               host=args.host, port=args.port)
+                               host=args.host, port=args.port, server_wait_s=args.server_wait_s)
     except WeakToken as exc:
         _refuse(str(exc))
 
@@ -50,11 +50,12 @@ async def serve(args: argparse.Namespace, settings: GatewaySettings) -> None:
     records = Path(args.records)
     sink = (CaptureWriter if records.suffix == ".seg" else JsonlCallSink)(records, fsync=not args.no_fsync)
     gateway = Gateway(settings, sink=sink)
-    await gateway.start()
+    await gateway.start(reuse_port=args.reuse_port, admin_port=args.admin_port)
     for spec in args.server:
         name, _, url = spec.partition("=")
         gateway.pool.add(name, url)
-    print(gateway.url, flush=True)  # the parent reads the address from the first line
+    # The parent reads the address from the first line (and the admin address from the second).
+    print(gateway.url if args.admin_port is None else f"{gateway.url}\n{gateway.admin_url}", flush=True)
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
@@ -74,6 +75,13 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=["tiny"])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--reuse-port", action="store_true",
+                        help="share --port with other gateway processes (SO_REUSEPORT: the kernel spreads connections)")
+    parser.add_argument("--admin-port", type=int,
+                        help="also listen on 127.0.0.1 at this port (0: any; printed on the second line), so a "
+                             "parent reaches this process alone")
+    parser.add_argument("--server-wait-s", type=float, default=60.0,
+                        help="how long a call waits for a server while none is routed")
     parser.add_argument("--no-fsync", action="store_true", help="skip the records' fsync (benchmarks)")
     parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop",
                         help="the event loop (the head's gateway runs on uvloop; asyncio to compare)")

@@ -34,7 +34,8 @@ from gyrectl.gateway.settings import GatewaySettings
 from gyrectl.gateway.sink import CallSink
 from gyrectl.gateway.sse import DONE, encode
 from gyrectl.gateway.upstream import Upstream, UpstreamRejected
-from gyrectl.gateway.validate import check_request, drain_grace, parse_body, server_entry, weight_version
+from gyrectl.gateway.validate import (check_request, drain_grace, execution_settings, parse_body, server_entry,
+                                      weight_version)
 
 _APIS = {"/v1/chat/completions": "chat", "/v1/completions": "completions",
          "/v1/responses": "responses", "/v1/messages": "messages"}
@@ -51,6 +52,7 @@ class Gateway:
         self.pool = ServerPool(drain_grace_s=settings.drain_grace_s, sticky_slack=settings.sticky_slack,
                                server_wait_s=settings.server_wait_s)
         self.url = ""
+        self.admin_url = ""
         self.sampling: dict[str, dict[str, Any]] = {}
         """Per execution, request fields the gateway sets on every call of it (an evaluation's
         ``temperature``), whatever the harness sent."""
@@ -62,20 +64,28 @@ class Gateway:
         """The OpenAI base URL to give the harness of ``execution`` (key: the client token)."""
         return f"{self.url}/x/{execution}/v1" if role == "main" else f"{self.url}/x/{execution}/{role}/v1"
 
-    async def start(self) -> None:
+    async def start(self, *, reuse_port: bool = False, admin_port: int | None = None) -> None:
+        """Listens on the settings' host and port; ``reuse_port``: beside other gateway processes
+        on the same port (the kernel spreads connections over them); ``admin_port``: also on
+        127.0.0.1 at that port (0: any), where the head reaches this process alone (``admin_url``)."""
         upstream = Upstream(read_timeout_s=self.settings.read_timeout_s, server_key=self.settings.server_key)
         self._deps = EngineDeps(self.pool, upstream, GroupCommit(self.sink), max_attempts=self.settings.max_attempts)
         app = web.Application(client_max_size=self.settings.max_body_bytes, middlewares=[self._errors])
         app.router.add_route("*", "/admin/servers", self._admin)
         app.router.add_route("*", "/admin/servers/{name}", self._admin)
         app.router.add_route("*", "/admin/servers/{name}/{action}", self._admin)
+        app.router.add_route("*", "/admin/executions/{execution}", self._admin_execution)
         app.router.add_route("*", "/{tail:.*}", self._client)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=self.settings.drain_grace_s)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
+        site = web.TCPSite(self._runner, self.settings.host, self.settings.port, reuse_port=reuse_port or None,
+                           backlog=4096)
         await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # the real port when settings.port is 0
-        self.url = f"http://{self.settings.host}:{port}"
+        self.url = f"http://{self.settings.host}:{_port(site)}"
+        if admin_port is not None:
+            admin = web.TCPSite(self._runner, "127.0.0.1", admin_port)
+            await admin.start()
+            self.admin_url = f"http://127.0.0.1:{_port(admin)}"
 
     async def stop(self) -> None:
         """New calls get 503 from now on; running ones finish (up to the drain grace)."""
@@ -158,7 +168,25 @@ class Gateway:
             raise GatewayError(404, f"{exc.args[0]}", code="unknown_server") from exc
         return wire_json.response({"servers": [
             {"name": s.name, "url": s.url, "state": s.state.value, "num_inflight": s.num_inflight,
-             "weight_version": s.weight_version} for s in self.pool.views()]})
+             "weight_version": s.weight_version, "calls": s.calls} for s in self.pool.views()]})
+
+    async def _admin_execution(self, request: web.Request) -> web.Response:
+        """What the head sets per execution when several gateway processes share the port
+        (``gyrectl.gateway.processes``): POST ``{"min_version"?, "sampling"?}``, DELETE forgets it."""
+        self._admin_caller(request)
+        execution = request.match_info["execution"]
+        if request.method == "POST":
+            min_version, sampling = execution_settings(parse_body(await _read(request)))
+            if min_version is not None:
+                self.pool.pin_version(execution, min_version)
+            if sampling is not None:
+                self.sampling[execution] = sampling
+        elif request.method == "DELETE":
+            self.pool.forget_execution(execution)
+            self.sampling.pop(execution, None)
+        else:
+            raise GatewayError(405, f"{request.method} {request.path} is not an admin action.")
+        return wire_json.response({"execution": execution})
 
     # -- shared --------------------------------------------------------------------------------
     def _caller(self, request: web.Request) -> Caller:
@@ -191,6 +219,10 @@ class Gateway:
             if anthropic_shape:
                 return wire_json.response(_rejection(rejected).anthropic_body(), status=rejected.status)
             return web.Response(body=rejected.body, status=rejected.status, content_type="application/json")
+
+
+def _port(site: web.TCPSite) -> int:
+    return site._server.sockets[0].getsockname()[1]  # the real port when asked for port 0
 
 
 def _check_key_headers(request: web.Request) -> None:

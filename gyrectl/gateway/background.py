@@ -1,4 +1,5 @@
-"""A gateway on its own event loop in a background thread, driven from synchronous code.
+"""A gateway on its own event loop in a background thread of the head, driven from synchronous
+code (one of the two :class:`~gyrectl.gateway.control.GatewayControl`\ s).
 
 The coordinator's loop is synchronous (it blocks on the cluster and the clock), while the gateway
 is an asyncio server; the pool's methods must run on the gateway's loop (they arm timers on it),
@@ -49,6 +50,25 @@ class BackgroundGateway:
 
     def servers(self) -> list[ServerView]:
         return self.call(self.gateway.pool.views)
+
+    def add_server(self, name: str, url: str, *, weight_version: int | None) -> None:
+        self.call(self.gateway.pool.add, name, url, weight_version=weight_version)
+
+    def drain_server(self, name: str) -> None:
+        self.call(self.gateway.pool.drain, name)
+
+    def set_weight_version(self, name: str, version: int) -> None:
+        self.call(self.gateway.pool.set_weight_version, name, version)
+
+    def pin_version(self, execution: str, version: int) -> None:
+        self.call(self.gateway.pool.pin_version, execution, version)
+
+    def set_sampling(self, execution: str, fields: dict[str, Any]) -> None:
+        self.call(self.gateway.sampling.__setitem__, execution, dict(fields))
+
+    def forget_execution(self, execution: str) -> None:
+        self.call(self.gateway.pool.forget_execution, execution)
+        self.call(self.gateway.sampling.pop, execution, None)
 
     def close(self) -> None:
         self.run(self.gateway.stop())

@@ -26,6 +26,7 @@ def raise_open_files(sessions: int) -> str:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     if soft == resource.RLIM_INFINITY or soft >= wanted:
         return ""
-    return (f"{sessions} concurrent sessions need about {wanted} open files in the gateway (two sockets each), "
+    return (f"{sessions} concurrent sessions need about {wanted} open files in a gateway process (two sockets each), "
             f"but this process may open {soft} (its hard limit): calls beyond that will fail; raise the head "
-            f"node's `ulimit -n` (Slurm: the limits slurmd starts jobs with) or lower rollout.concurrency_per_server")
+            f"node's `ulimit -n` (Slurm: the limits slurmd starts jobs with), spread the sessions over more "
+            f"cluster.head.gateway_processes, or lower rollout.concurrency_per_server")

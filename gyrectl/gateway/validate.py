@@ -178,6 +178,16 @@ def weight_version(body: dict[str, Any]) -> int:
     return _version(body.get("version"), "version")
 
 
+def execution_settings(body: dict[str, Any]) -> tuple[int | None, dict[str, Any] | None]:
+    """``(min_version, sampling)`` of ``POST /admin/executions/ID``; either may be absent."""
+    version, sampling = body.get("min_version"), body.get("sampling")
+    if sampling is not None and not (isinstance(sampling, dict) and all(
+            isinstance(value, str | bool) or _is(value, (int, float)) and _finite(value) for value in sampling.values())):
+        raise bad_request(f"'sampling' must be an object of request fields with number, string or boolean "
+                          f"values, got {sampling!r}.", param="sampling")
+    return None if version is None else _version(version, "min_version"), sampling
+
+
 def _version(version: Any, key: str) -> int:
     if not _is(version, (int,)) or not 0 <= version <= _VERSION_MAX:
         raise bad_request(f"{key!r} must be an integer from 0 to 2^63-1, got {version!r}.", param=key)

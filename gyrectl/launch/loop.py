@@ -14,6 +14,7 @@ so ``gyrectl status`` shows each node's role.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
 import time
@@ -30,6 +31,8 @@ from gyrectl.coordinator.loop import run_coordinator
 from gyrectl.coordinator.state import CoordinatorState, Phase, limits_from_config
 from gyrectl.config.placement import replicas_per_cell
 from gyrectl.gateway.background import BackgroundGateway
+from gyrectl.gateway.control import GatewayControl
+from gyrectl.gateway.processes import GatewayProcesses
 from gyrectl.gateway.limits import raise_open_files
 from gyrectl.gateway.settings import GatewaySettings
 from gyrectl.launch.steps import step_factory
@@ -102,7 +105,6 @@ def run_loop(*, run: RunDir, config: Config, cluster: Cluster, nodes: Sequence[N
     verifier = load_verifier(config.rollout.verifier, launch_dir)
     _link_initial_weights(run, config, launch_dir)
     token, server_key, served = run.token(), run.server_key(), served_model_name(config)
-    writer = CaptureWriter(run.calls_store)
     harness_nodes = cluster.harness_nodes()
     # A call waits for a server as long as its execution may run: while a crashed cell's server
     # restarts, or while every cell is between roles, harnesses see a slow call, not an error.
@@ -110,10 +112,13 @@ def run_loop(*, run: RunDir, config: Config, cluster: Cluster, nodes: Sequence[N
     reach = {"host": nodes[0].address or nodes[0].name} if harness_nodes else {}
     settings = GatewaySettings(token=token, admin_token=run.admin_token(), server_key=server_key,
                                models=(served,), server_wait_s=config.rollout.execution_time_limit_s, **reach)
+    processes = config.cluster.head.gateway_processes
     sessions = config.num_cells * replicas_per_cell(config) * config.rollout.concurrency_per_server
-    if shortfall := raise_open_files(sessions):
+    if shortfall := raise_open_files(math.ceil(sessions / processes)):  # the processes inherit the limit
         log.warning(shortfall)
-    gateway = BackgroundGateway(settings, sink=writer)
+    writer = None if processes > 1 else CaptureWriter(run.calls_store)
+    gateway: GatewayControl = (GatewayProcesses(run=run, settings=settings, processes=processes) if writer is None
+                               else BackgroundGateway(settings, sink=writer))
     steps = step_factory(config, run=run)
     cell_nodes = cells_of(nodes, config.cells.nodes_per_cell)
     node_of = {node.name: node for node in nodes}
@@ -158,7 +163,8 @@ def run_loop(*, run: RunDir, config: Config, cluster: Cluster, nodes: Sequence[N
         tracking.close()
         load.close()
         gateway.close()
-        writer.close()
+        if writer is not None:
+            writer.close()
 
 
 def eval_plan(config: Config, launch_dir: Path) -> EvalPlan | None:

@@ -36,6 +36,7 @@ from typing import Any, Protocol
 
 from gyrectl.rollout.sandbox import Sandbox
 from gyrectl.rollout.tasks import Assignment
+from gyrectl.run.children import DIE_WITH_PARENT
 from gyrectl.run.rundir import RunDir
 
 
@@ -138,7 +139,8 @@ class HarnessRunner:
                "GYRECTL_EXECUTION": assignment.execution, "GYRECTL_LAUNCH_DIR": str(self._cwd)}
         workdir = self._workdir(assignment.execution)
         workdir.mkdir(parents=True, exist_ok=True)
-        argv = [*_DIE_WITH_PARENT, *self._sandbox.wrap(self._command, workdir=workdir)]
+        # started from the coordinator's or the agent's main thread, so DIE_WITH_PARENT holds
+        argv = [*DIE_WITH_PARENT, *self._sandbox.wrap(self._command, workdir=workdir)]
         stdout_path = self._logs_dir / f"{assignment.execution}.out"
         with open(stdout_path, "wb") as stdout, open(self._logs_dir / f"{assignment.execution}.err", "wb") as stderr:
             process = subprocess.Popen(argv, cwd=workdir, env=env, stdout=stdout, stderr=stderr,
@@ -181,9 +183,6 @@ class HarnessRunner:
 
 
 _HOST = socket.gethostname()
-_DIE_WITH_PARENT = ("setpriv", "--pdeathsig", "KILL", "--") if shutil.which("setpriv") else ()
-"""Before the command: SIGKILL once the thread that started it is gone (every harness is started
-from the coordinator's or the agent's main thread)."""
 
 
 def last_json_object(path: Path) -> dict[str, Any] | None:

@@ -33,7 +33,7 @@ from typing import Any
 
 from gyrectl.coordinator.events import EvalEnded, Event, Finished, Started, WeightsSynced
 from gyrectl.errors import RuntimeFailure
-from gyrectl.gateway.background import BackgroundGateway
+from gyrectl.gateway.control import GatewayControl
 from gyrectl.cluster.base import Node
 from gyrectl.rollout.evals import EvalPlan, eval_version, summary
 from gyrectl.rollout.harnesses import Harnesses, HarnessExit
@@ -58,7 +58,7 @@ class _Done:
 
 
 class LiveRollouts:
-    def __init__(self, *, run: RunDir, gateway: BackgroundGateway, harnesses: Harnesses,
+    def __init__(self, *, run: RunDir, gateway: GatewayControl, harnesses: Harnesses,
                  tasks: list[dict[str, Any]], executions_per_task: int, batch_executions: int,
                  verifier: Verifier, servers: Sequence[Sequence[CellServer]],
                  replicas_of: Callable[[int, Sequence[Node]], Sequence[CellServer]],
@@ -116,12 +116,12 @@ class LiveRollouts:
         return all(self._healthy(server) for server in self._servers[cell])
 
     def route(self, cell: int, *, routed: bool, weight_version: int = 0) -> None:
-        pool, known = self._gateway.gateway.pool, {view.name for view in self._gateway.servers()}
+        known = {view.name for view in self._gateway.servers()}
         for server in self._servers[cell]:
             if routed:
-                self._gateway.call(pool.add, server.name, server.url, weight_version=weight_version)
+                self._gateway.add_server(server.name, server.url, weight_version=weight_version)
             elif server.name in known:
-                self._gateway.call(pool.drain, server.name)
+                self._gateway.drain_server(server.name)
         if routed:
             self._serving(weight_version)
 
@@ -224,11 +224,11 @@ class LiveRollouts:
                 self._start_eval(assignment, version)
 
     def _start_eval(self, assignment: Assignment, version: int) -> None:
-        plan, gateway = self._evals, self._gateway.gateway
+        plan = self._evals
         assert plan is not None
-        self._gateway.call(gateway.pool.pin_version, assignment.execution, version)
+        self._gateway.pin_version(assignment.execution, version)
         if plan.temperature is not None:
-            self._gateway.call(gateway.sampling.__setitem__, assignment.execution, {"temperature": plan.temperature})
+            self._gateway.set_sampling(assignment.execution, {"temperature": plan.temperature})
         self._harnesses.start(assignment, base_url=self._gateway.base_url(assignment.execution))
 
     def _run_again(self, lost: HarnessExit, eval_of: int | None) -> None:
@@ -280,9 +280,7 @@ class LiveRollouts:
     def _forget(self, execution: str) -> None:
         """An ended execution makes no more calls: the gateway drops its stickiness, version pin
         and sampling fields."""
-        gateway = self._gateway.gateway
-        self._gateway.call(gateway.pool.forget_execution, execution)
-        self._gateway.call(gateway.sampling.pop, execution, None)
+        self._gateway.forget_execution(execution)
 
     def _sync(self, cell: int, version: int) -> None:
         """Every replica of the cell reloads ``version`` (at once: each is its own engine); the
@@ -306,7 +304,7 @@ class LiveRollouts:
         except Exception as exc:
             return f"{server.name}: {exc}"
         if any(view.name == server.name for view in self._gateway.servers()):
-            self._gateway.call(self._gateway.gateway.pool.set_weight_version, server.name, version)
+            self._gateway.set_weight_version(server.name, version)
         return ""
 
     @staticmethod

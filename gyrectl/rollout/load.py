@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gyrectl.gateway.background import BackgroundGateway
+from gyrectl.gateway.control import GatewayControl
 from gyrectl.rollout.http import ServerCallError, get_text
 from gyrectl.rollout.replicas import CellServer
 from gyrectl.run.rundir import RunDir
@@ -30,7 +30,7 @@ def engine_load(metrics: str) -> dict[str, int]:
 
 
 class LoadPublisher:
-    def __init__(self, run: RunDir, gateway: BackgroundGateway, *,
+    def __init__(self, run: RunDir, gateway: GatewayControl, *,
                  replica_of: Callable[[str], tuple[int, CellServer] | None] = lambda name: None, every_s: float = 2.0):
         """``replica_of(name)``: the cell and replica a pool name stands for (None: not a cell's)."""
         self._run, self._gateway, self._every_s, self._replica_of = run, gateway, every_s, replica_of

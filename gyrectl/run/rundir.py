@@ -108,6 +108,11 @@ class RunDir:
         """The capture store the head's gateway appends every recorded call to."""
         return self.trajectories_dir / "calls.seg"
 
+    def gateway_calls_store(self, process: int) -> Path:
+        """The capture store of gateway process ``process`` when several share the port (readers
+        take every ``calls*.seg``)."""
+        return self.trajectories_dir / f"calls-g{process}.seg"
+
     @property
     def executions_file(self) -> Path:
         return self.trajectories_dir / "executions.jsonl"

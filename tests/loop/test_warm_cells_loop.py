@@ -5,6 +5,8 @@ started once for the whole run: it sleeps while its cell trains and wakes when i
 waits while its cells serve and trains every later step on the model and optimizer it holds.
 
 One short run of the embedded default's config (3 steps, smaller batches) serves every assertion.
+Its gateway is two processes sharing one port (``cluster.head.gateway_processes``), so every
+drain and return of a cell reaches both, and the trainer reads the calls both recorded.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from gyrectl.capture.source import load_executions
+from gyrectl.capture.store import scan
 from gyrectl.coordinator.events import PhaseChanged, StepFailed, TrainStarted
 from gyrectl.coordinator.journal import read_events
 from gyrectl.coordinator.state import Phase
@@ -28,7 +32,8 @@ def colocated(cli, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactor
     result = cli("launch", "configs/local-tiny.yaml", "--wait", "--json", "--set", f"run.output_root={root}",
                  "--set", f"model.path={tiny_model_dir}", "--set", "run.name=warm", "--set", f"run.steps={STEPS}",
                  "--set", "scheduler.policy=colocate", "--set", "scheduler.min_rollout_cells=0",
-                 "--set", "training.batch_executions=16", "--set", "rollout.server_port=18400", timeout=2400)
+                 "--set", "training.batch_executions=16", "--set", "rollout.server_port=18400",
+                 "--set", "cluster.head.gateway_processes=2", timeout=2400)
     run_dir = root / "warm"
     head_log = (run_dir / "logs" / "head.log").read_text() if (run_dir / "logs" / "head.log").exists() else ""
     assert result.returncode == 0, f"{result.stderr}\n--- head.log ---\n{head_log[-5000:]}"
@@ -46,6 +51,15 @@ def test_every_cell_moves_both_ways_twice_on_one_server(colocated) -> None:
                                                                                     for e in mine)
         assert all(e.sleeping_server for e in mine if e.phase is Phase.TRAIN)
     assert not [e for e in events if isinstance(e, StepFailed)]
+
+
+def test_both_gateway_processes_recorded_calls_that_were_trained(colocated) -> None:
+    stores = {path.name: len(scan(path).records) for path in (colocated / "trajectories").glob("calls*.seg")}
+    assert set(stores) == {"calls-g0.seg", "calls-g1.seg"} and all(stores.values()), stores
+    trained = {json.loads(line)["execution"] for line in (colocated / "trajectories" / "executions.jsonl")
+               .read_text().splitlines() if json.loads(line).get("step") is not None}
+    recorded = load_executions(colocated, trained).calls
+    assert trained and set(recorded) == trained
 
 
 def test_one_trainer_group_trains_every_step_and_later_steps_reuse_it(colocated) -> None:

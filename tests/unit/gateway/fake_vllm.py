@@ -144,19 +144,22 @@ class Harness:
             return response.status, await response.text()
 
 
+async def serve(server: FakeVllm) -> web.AppRunner:
+    """Listens for ``server`` on a free port of 127.0.0.1 (its ``url``); cleanup the runner to stop."""
+    app = web.Application()
+    app.router.add_post("/{tail:.*}", server._handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    server.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+    return runner
+
+
 @contextlib.asynccontextmanager
 async def running(*servers: FakeVllm, **settings: Any) -> AsyncIterator[Harness]:
     """The gateway with ``servers`` added as ``s0``, ``s1``, ..."""
-    runners = []
-    for server in servers:
-        app = web.Application()
-        app.router.add_post("/{tail:.*}", server._handle)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        server.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
-        runners.append(runner)
+    runners = [await serve(server) for server in servers]
     sink = ListSink()
     gateway = Gateway(GatewaySettings(token=TOKEN, admin_token=ADMIN_TOKEN, server_key=SERVER_KEY,
                                       **{"max_attempts": 3, "server_wait_s": 1.0, **settings}), sink=sink)
