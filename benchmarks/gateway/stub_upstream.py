@@ -6,7 +6,8 @@ not an engine.
 
     python benchmarks/gateway/stub_upstream.py [--delay-ms 0] [--tokens 16]   # prints its URL
 
-A streamed reply sends one chunk per token (the first with the prompt's token ids).
+A streamed reply sends one chunk per token (the first with the prompt's token ids), at once or,
+with the call's ``stub_pause_ms``, one after another with that pause between them (a long call).
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ def chunks(tokens: int) -> list[bytes]:
 
 
 def app(*, delay_s: float, tokens: int) -> web.Application:
-    body, events = reply(tokens), b"".join(chunks(tokens))
+    body, pieces = reply(tokens), chunks(tokens)
+    events = b"".join(pieces)
 
     async def chat(request: web.Request) -> web.StreamResponse:
         body_in = await request.json()
@@ -56,7 +58,13 @@ def app(*, delay_s: float, tokens: int) -> web.Application:
             return web.Response(body=body, content_type="application/json")
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
-        await response.write(events)
+        pause = body_in.get("stub_pause_ms", 0) / 1000
+        if not pause:
+            await response.write(events)
+        for i, piece in enumerate(pieces if pause else ()):  # a long call: a pause before each chunk but the first
+            if i:
+                await asyncio.sleep(pause)
+            await response.write(piece)
         await response.write_eof()
         return response
 
