@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import select
 import signal
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from typing import Any
@@ -45,14 +48,21 @@ class GatewayProcessError(RuntimeError):
 
 class _Process:
     def __init__(self, argv: list[str]):
-        self.popen = subprocess.Popen([*DIE_WITH_PARENT, *argv], stdout=subprocess.PIPE, text=True)
+        self.popen = subprocess.Popen([*DIE_WITH_PARENT, *argv], stdout=subprocess.PIPE)
         self.url = self.admin_url = ""
 
     def read_addresses(self) -> None:
-        self.url = self.popen.stdout.readline().strip()
-        self.admin_url = self.popen.stdout.readline().strip()
-        if not (self.url and self.admin_url):
-            raise GatewayProcessError(f"a gateway process exited ({self.popen.wait()}) before it listened")
+        """Its public and admin addresses: the two lines it prints once it listens (nothing after)."""
+        deadline, out = time.monotonic() + _START_TIMEOUT_S, b""
+        while out.count(b"\n") < 2:
+            ready, _, _ = select.select([self.popen.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            chunk = os.read(self.popen.stdout.fileno(), 4096) if ready else b""
+            if not chunk:
+                self.popen.kill()
+                raise GatewayProcessError(f"a gateway process did not listen within {_START_TIMEOUT_S:.0f} s "
+                                          f"(exit {self.popen.wait()})")
+            out += chunk
+        self.url, self.admin_url = out.decode().split("\n")[:2]
 
     @property
     def alive(self) -> bool:

@@ -9,7 +9,7 @@ when its rendezvous has done the batch's work.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 from gyrectl.cluster.base import Cluster, Node, StepSpec, StepStatus
 from gyrectl.sim.world import SimulatedStep, SimulatedWorld
@@ -43,4 +43,9 @@ class SimulatedCluster(Cluster):
         return StepStatus(step_id=step_id, state=self._world.steps[step_id].state)
 
     def ended_among(self, step_ids: Iterable[str]) -> dict[str, StepStatus]:
-        return {step_id: self.step_status(step_id) for step_id in self._world.ended.intersection(step_ids)}
+        ended = self._world.ended
+        if isinstance(step_ids, Collection) and len(ended) < len(step_ids):  # every round: walk the smaller
+            found: Iterable[str] = [step_id for step_id in ended if step_id in step_ids]
+        else:
+            found = ended.intersection(step_ids)
+        return {step_id: self.step_status(step_id) for step_id in found}

@@ -109,12 +109,15 @@ class SimulatedWorld:
     def at(self, delay_s: float, fn: Callable[..., bool], *args: object) -> None:
         heapq.heappush(self._queue, (self.now + delay_s, next(self._tie), fn, args))
 
-    def advance(self) -> None:
-        """Runs the next event; the clock jumps to it."""
+    def advance(self) -> bool:
+        """Runs the next event; the clock jumps to it. False: the event was superseded (a timer
+        of a server whose load changed since), which changes nothing."""
         if not self._queue:
             raise RuntimeFailure("simulation stalled: nothing is running and the policy asks for nothing")
         self.now, _, fn, args = heapq.heappop(self._queue)
-        self.events_processed += fn(*args)  # handlers say whether the event was live (not superseded)
+        live = fn(*args)  # handlers say whether the event was live (not superseded)
+        self.events_processed += live
+        return live
 
     # -- rollout servers ------------------------------------------------------------------------
     def _settle(self, cell: int) -> None:

@@ -83,3 +83,25 @@ def test_journal_replays_to_the_same_state(tmp_path):
     sim = simulate(config, workload_spec=workload([5, 50, 8, 300, 20, 7]), journal_path=journal)
     assert read_events(journal) == sim.events
     assert replay(read_events(journal), limits_from_config(config)) == check_invariants(config, sim.events)
+
+
+def test_the_coordinator_gets_a_round_per_live_world_event_never_for_a_superseded_timer():
+    config = small_config(cells=4, slots=4, batch=8, steps=4)
+    world, gateway = simulated_world(config, workload([10, 20, 400, 15, 30, 25, 900, 12]))
+    advances, live_per_wait = [], []
+    advance, wait = world.advance, gateway.wait
+
+    def counted_advance() -> bool:
+        advances.append(advance())
+        return advances[-1]
+
+    def counted_wait() -> None:
+        before = world.events_processed
+        wait()
+        live_per_wait.append(world.events_processed - before)
+    world.advance, gateway.wait = counted_advance, counted_wait
+    state = run_coordinator(state=initial_state(limits_from_config(config)), decide=elastic.decide,
+                            actuator=simulated_actuator(config, world, gateway), journal=[], now=gateway.now)
+    assert state.done
+    assert not all(advances), "the run must have had superseded timers for this to show anything"
+    assert set(live_per_wait) == {1}, "each wait runs exactly one live event, past any superseded ones"

@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import threading
 import time
 import urllib.error
@@ -20,7 +21,7 @@ import pytest
 from fake_vllm import CHAT, FakeVllm, serve
 from gyrectl.capture.source import load_executions
 from gyrectl.capture.store import scan
-from gyrectl.gateway.processes import GatewayProcesses
+from gyrectl.gateway.processes import GatewayProcessError, GatewayProcesses
 from gyrectl.gateway.settings import GatewaySettings
 from gyrectl.run.rundir import RunDir
 
@@ -104,3 +105,14 @@ def test_a_dead_process_leaves_the_others_serving(fake, gateway):
     assert processes.servers() == []
     processes.add_server("s0", fake.url, weight_version=1)
     assert [call(processes, run.token(), f"e{i}") for i in range(20)] == [200] * 20
+
+
+def test_a_process_that_cannot_listen_is_an_error_that_says_so(tmp_path):
+    run = RunDir.create(tmp_path / "runs", "r")
+    with socket.socket() as taken:  # a port held without SO_REUSEPORT: the first process cannot bind it
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        settings = GatewaySettings(token=run.token(), admin_token=run.admin_token(), models=("tiny",),
+                                   port=taken.getsockname()[1])
+        with pytest.raises(GatewayProcessError, match="did not listen"):
+            GatewayProcesses(run=run, settings=settings, processes=2)
