@@ -13,7 +13,10 @@ Runbook (a gateway in front of one local vLLM server)::
     gw.pool.drain("node1")        # node1 leaves rollout; its calls move or finish
     await gw.stop()
 
-May import: store, capture.
+Several processes behind one port: ``processes.GatewayProcesses`` (the head drives either through
+``control.GatewayControl``).
+
+May import: run, store, capture.
 """
 
 from gyrectl.gateway.app import Gateway
