@@ -1,5 +1,5 @@
 """A gateway on its own event loop in a background thread of the head, driven from synchronous
-code (one of the two :class:`~gyrectl.gateway.control.GatewayControl`\ s).
+code (one of the two kinds of :class:`~gyrectl.gateway.control.GatewayControl`).
 
 The coordinator's loop is synchronous (it blocks on the cluster and the clock), while the gateway
 is an asyncio server; the pool's methods must run on the gateway's loop (they arm timers on it),
