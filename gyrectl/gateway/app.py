@@ -62,7 +62,12 @@ class Gateway:
 
     def base_url(self, execution: str, role: str = "main") -> str:
         """The OpenAI base URL to give the harness of ``execution`` (key: the client token)."""
-        return f"{self.url}/x/{execution}/v1" if role == "main" else f"{self.url}/x/{execution}/{role}/v1"
+        return base_url(self.url, execution, role)
+
+    def forget_execution(self, execution: str) -> None:
+        """``execution`` ended: its stickiness, version pin and sampling fields go."""
+        self.pool.forget_execution(execution)
+        self.sampling.pop(execution, None)
 
     async def start(self, *, reuse_port: bool = False, admin_port: int | None = None) -> None:
         """Listens on the settings' host and port; ``reuse_port``: beside other gateway processes
@@ -182,8 +187,7 @@ class Gateway:
             if sampling is not None:
                 self.sampling[execution] = sampling
         elif request.method == "DELETE":
-            self.pool.forget_execution(execution)
-            self.sampling.pop(execution, None)
+            self.forget_execution(execution)
         else:
             raise GatewayError(405, f"{request.method} {request.path} is not an admin action.")
         return wire_json.response({"execution": execution})
@@ -219,6 +223,11 @@ class Gateway:
             if anthropic_shape:
                 return wire_json.response(_rejection(rejected).anthropic_body(), status=rejected.status)
             return web.Response(body=rejected.body, status=rejected.status, content_type="application/json")
+
+
+def base_url(url: str, execution: str, role: str = "main") -> str:
+    """The OpenAI base URL of ``execution`` at the gateway listening on ``url``."""
+    return f"{url}/x/{execution}/v1" if role == "main" else f"{url}/x/{execution}/{role}/v1"
 
 
 def _port(site: web.TCPSite) -> int:

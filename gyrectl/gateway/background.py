@@ -67,8 +67,7 @@ class BackgroundGateway:
         self.call(self.gateway.sampling.__setitem__, execution, dict(fields))
 
     def forget_execution(self, execution: str) -> None:
-        self.call(self.gateway.pool.forget_execution, execution)
-        self.call(self.gateway.sampling.pop, execution, None)
+        self.call(self.gateway.forget_execution, execution)
 
     def close(self) -> None:
         self.run(self.gateway.stop())

@@ -31,6 +31,7 @@ import urllib.request
 from typing import Any
 from urllib.parse import quote
 
+from gyrectl.gateway.app import base_url
 from gyrectl.gateway.lifecycle import ServerState
 from gyrectl.gateway.routing import ServerView
 from gyrectl.gateway.settings import GatewaySettings
@@ -97,7 +98,7 @@ class GatewayProcesses:
         self.url = first.url
 
     def base_url(self, execution: str) -> str:
-        return f"{self.url}/x/{execution}/v1"
+        return base_url(self.url, execution)
 
     def servers(self) -> list[ServerView]:
         merged: dict[str, list[dict[str, Any]]] = {}

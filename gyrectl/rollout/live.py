@@ -116,14 +116,15 @@ class LiveRollouts:
         return all(self._healthy(server) for server in self._servers[cell])
 
     def route(self, cell: int, *, routed: bool, weight_version: int = 0) -> None:
+        if routed:
+            for server in self._servers[cell]:
+                self._gateway.add_server(server.name, server.url, weight_version=weight_version)
+            self._serving(weight_version)
+            return
         known = {view.name for view in self._gateway.servers()}
         for server in self._servers[cell]:
-            if routed:
-                self._gateway.add_server(server.name, server.url, weight_version=weight_version)
-            elif server.name in known:
+            if server.name in known:
                 self._gateway.drain_server(server.name)
-        if routed:
-            self._serving(weight_version)
 
     def sleep(self, cell: int, *, level: int) -> None:
         for server in self._servers[cell]:
