@@ -1,11 +1,14 @@
-"""Where recorded calls are read from: a run directory's capture store or a plain JSONL file.
+"""Where recorded calls are read from: a run directory, one capture store file or a plain JSONL file.
 
 In a run directory (:class:`gyrectl.run.rundir.RunDir` owns the layout) the calls are in
 ``trajectories/calls*.seg`` (capture store files) or ``trajectories/calls*.jsonl`` (the gateway's
 plain JSONL sink); ``trajectories/executions.jsonl`` holds, per execution, a line with its
 ``reward`` when it finished and one with its ``step`` when a training step consumed it.
 A JSONL file of calls (``replay --export``'s format) may carry ``step`` and ``reward`` on its
-lines too.
+lines too. A capture store file on its own (what ``python -m gyrectl.gateway --records calls.seg``
+writes) holds calls only: steps and rewards come with a run directory. A file is a store when it
+begins with a store record (:func:`gyrectl.capture.store.starts_with_record`) or is named
+``*.seg`` (an empty one, or one whose first record is damaged); any other file is read as JSONL.
 
 Nothing that can be read is refused for what cannot: damaged records, a torn tail and lines that
 are not calls are skipped and listed in :attr:`Recorded.skipped` for the caller to report.
@@ -19,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from gyrectl.capture.record import CallRecord
-from gyrectl.capture.store import StoreContents, read_store
+from gyrectl.capture.store import StoreContents, read_store, starts_with_record
 from gyrectl.capture.stored import StoredCall, full_records, stored_calls
 from gyrectl.errors import UserError
 from gyrectl.run.rundir import RunDir
@@ -55,13 +58,15 @@ def load(source: Path) -> Recorded:
     if source.is_dir():
         return _load_run(source)
     if source.is_file():
-        recorded = _load_jsonl(source)
+        store = starts_with_record(source) or source.suffix == ".seg"
+        recorded = _load_store(source) if store else _load_jsonl(source)
         if not recorded.calls:
             first = f"; first skipped: {recorded.skipped[0].describe()}" if recorded.skipped else ""
-            raise UserError(f"{source}: no recorded calls (expected one JSON object per line with 'execution', "
-                            f"'prompt_token_ids', 'completion_token_ids'){first}")
+            expected = ("capture store records" if store else
+                        "one JSON object per line with 'execution', 'prompt_token_ids', 'completion_token_ids'")
+            raise UserError(f"{source}: no recorded calls (expected {expected}){first}")
         return recorded
-    raise UserError(f"{source}: no such run directory or JSONL file")
+    raise UserError(f"{source}: no such run directory, capture store or JSONL file")
 
 
 def load_executions(run: Path, executions: Collection[str]) -> Recorded:
@@ -116,6 +121,12 @@ def _load_run(run: Path) -> Recorded:
             continue
         info[str(obj["execution"])] = _merge_info(info.get(str(obj["execution"])), obj)
     return Recorded(calls=calls, info=info, skipped=skipped, unrecoverable=unrecoverable)
+
+
+def _load_store(path: Path) -> Recorded:
+    """Calls from one capture store file, with what damage cost; no steps or rewards."""
+    contents = read_store(path)
+    return Recorded(calls=contents.calls, info={}, skipped=contents.skipped, unrecoverable=contents.unrecoverable)
 
 
 def _reindex(parts: list[list[StoredCall]]) -> list[StoredCall]:

@@ -119,6 +119,14 @@ class StoreContents:
     """Per execution, intact calls stored as an edit of a call lost to damage."""
 
 
+def starts_with_record(path: Path) -> bool:
+    """``path`` begins as a store does, with a record's magic (``"GYC2"``, or ``"GYC1"`` of older
+    files): how a reader tells a store from a JSONL file of calls whatever its name. An empty
+    store, or one whose first record is damaged, does not begin so."""
+    with open(path, "rb") as file:
+        return file.read(len(MAGIC)) in (MAGIC, MAGIC_V1)
+
+
 def scan(path: Path, *, start: int = 0) -> StoreScan:
     """Every intact record of ``path`` from byte ``start`` on, and every span skipped between or
     after them."""

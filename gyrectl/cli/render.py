@@ -24,10 +24,13 @@ def emit_json(data: Any) -> None:
     sys.stdout.flush()
 
 
-def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> Table:
+def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], *, whole: Sequence[str] = ()) -> Table:
+    """``rows`` under ``columns``, as data (never markup). The columns named in ``whole`` are never
+    wrapped or cut (names a reader looks for, like config keys); the others then fold, a long word
+    broken rather than cut, to make room for them on a narrow terminal."""
     t = Table(title=title, title_justify="left", show_edge=False, header_style="bold")
     for column in columns:
-        t.add_column(column)
+        t.add_column(column, no_wrap=column in whole, overflow="fold" if whole and column not in whole else "ellipsis")
     for row in rows:
         t.add_row(*(Text("" if v is None else str(v)) for v in row))  # data, never markup
     return t

@@ -1,8 +1,9 @@
-"""``gyrectl replay``: the recorded trajectory trees of a run (or a JSONL file of calls) and what
-dedup makes of them.
+"""``gyrectl replay``: the recorded trajectory trees of a run (or of a capture store file or a
+JSONL file of calls) and what dedup makes of them.
 
     gyrectl replay runs/demo                 # trees and per-step dedup statistics
     gyrectl replay calls.jsonl --json        # {"totals": {...}, "executions": [...]}
+    gyrectl replay calls.seg                 # what `python -m gyrectl.gateway --records calls.seg` wrote
     gyrectl replay runs/demo --step 3 --export step3.jsonl
 """
 
@@ -27,15 +28,15 @@ MAX_SEGMENTS_SHOWN = 200
 
 
 def replay(
-    source: Annotated[Path, typer.Argument(help="Run directory, or a JSONL file of recorded calls.",
-                                           show_default=False)],
+    source: Annotated[Path, typer.Argument(help="Run directory, capture store file (.seg) or JSONL file of "
+                                                "recorded calls.", show_default=False)],
     step: Annotated[Optional[int], typer.Option(help="Only the executions this training step consumed.")] = None,
     execution: Annotated[Optional[str], typer.Option(help="Only this execution.")] = None,
     j_max: Annotated[int, typer.Option(help="Paths per execution for the paths-mode statistics.")] = 4,
     export: Annotated[Optional[Path], typer.Option(help="Write the selected calls as JSONL (replay's input format).")] = None,
     json_: JsonOpt = False,
 ) -> None:
-    """Show trajectory trees and dedup statistics of a run or a JSONL file of calls.
+    """Show trajectory trees and dedup statistics of a run, a capture store file or a JSONL file of calls.
 
     Each tree shows role, branch kind, tokens, trainable tokens, reward and weight versions; the
     statistics compare naive tokens (every call on its own) with unique tokens and the tokens
@@ -46,6 +47,8 @@ def replay(
       gyrectl replay runs/tiny --step 3
 
       gyrectl replay calls.jsonl --json | jq .totals
+
+      gyrectl replay calls.seg --json   (a gateway's --records file: calls only, no steps or rewards)
 
       gyrectl replay runs/tiny --execution task7-0 --export task7.jsonl
     """

@@ -80,11 +80,12 @@ class StepFactory:
         ``index``'s rendezvous, whose size is fixed when the step starts (torchrun's re-rendezvous
         when a node joins a running group was seen to time out). The trainer is idempotent per
         step (it starts over from ``checkpoints/v{index}``), so a restarted member loses nothing
-        but time."""
+        but time. ``gyrectl.train.torchrun`` is torchrun that exits quietly when the coordinator
+        stops the member (SIGTERM), where torchrun's own agent ends in a traceback."""
         cluster = self.config.cluster
         host = backend_for(self.config).rendezvous_host(rendezvous_host)
         num_nodes = members * self.config.cells.nodes_per_cell
-        return (sys.executable, "-m", "torch.distributed.run", f"--nnodes={num_nodes}",
+        return (sys.executable, "-m", "gyrectl.train.torchrun", f"--nnodes={num_nodes}",
                 f"--nproc-per-node={max(cluster.gpus_per_node, 1)}", "--rdzv-backend=c10d",
                 f"--rdzv-endpoint={host}:{rendezvous_port(self.config, index, attempt)}",
                 f"--rdzv-id={self.run.name}-step{index}-try{attempt}", "--max-restarts=1",

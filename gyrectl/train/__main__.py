@@ -2,13 +2,15 @@
 
     torchrun --standalone --nproc_per_node=2 -m gyrectl.train --run-dir runs/my-run --step 0
     python -m gyrectl.train --run-dir runs/my-run --step 0          # one process, no torchrun
-    GYRECTL_RUN_DIR=runs/my-run GYRECTL_TRAIN_STEP=0 torchrun ... -m gyrectl.train   # as the coordinator does
+    GYRECTL_RUN_DIR=runs/my-run GYRECTL_TRAIN_STEP=0 python -m gyrectl.train.torchrun ... -m gyrectl.train
+                                     # as the coordinator does: torchrun, quiet when stopped (gyrectl.train.torchrun)
     python -m gyrectl.train --run-dir runs/my-run --step 0 --resident --group g1   # stays up for step 1, 2, ...
 
 The coordinator starts it (one torchrun member per training cell, one rendezvous); it never
 drives the coordinator. What it writes: ``checkpoints/v{N+1}/`` (HF folder), the optimizer state
 in ``checkpoints/optimizer/v{N+1}/`` (DCP, one shard file per rank) and one line in
-``metrics.jsonl``. Running a step whose v(N+1) exists already does nothing and exits 0. The
+``metrics.jsonl``, and rank 0 prints one line per step on stdout (step, trained tokens, loss,
+seconds). Running a step whose v(N+1) exists already does nothing and exits 0. The
 recipe is :func:`gyrectl.train.step.run_step`.
 
 With ``--resident`` (or ``GYRECTL_TRAINER_RESIDENT=1``) the group stays up after step N, holding
@@ -23,7 +25,9 @@ mistake the user can fix (missing batch file or weights, bad config).
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -52,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.resident and not args.group:
         parser.error("--resident needs a group id: --group ID or $GYRECTL_TRAINER_GROUP")
+    _end_with_the_agent()
     try:
         if args.resident:
             serve(run=RunDir.open(args.run_dir), step=args.step, group=args.group)
@@ -64,6 +69,20 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         return EXIT_RUNTIME
     return 0
+
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _end_with_the_agent() -> None:
+    """Under torchrun, asks the kernel to kill this worker when its agent ends. torchrun starts each
+    worker in a session of its own, so a stop that reaches only the agent's process group (the
+    local backend's SIGTERM then, with no grace, SIGKILL) ended the agent and left its workers
+    running: a resident group went on polling for requests, holding its memory. A worker without
+    its agent is of no use: its step commits by a rename, so nothing half-written is kept."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ or not sys.platform.startswith("linux"):
+        return
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
 
 
 def _exit_now(code: int) -> None:

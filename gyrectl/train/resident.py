@@ -12,6 +12,8 @@
         the stop file             -> exit 0
       a failed step               -> exit 1 (or 2), as a one-shot step: the driver retries it with a
                                      fresh group
+      SIGTERM (the head's stop)   -> ends at once; under torchrun the agent stops its workers and
+                                     exits 143 without a traceback (:mod:`gyrectl.train.torchrun`)
 
 Whoever drives the trainer (the coordinator) writes the request with
 :func:`gyrectl.run.files.write_train_request` once it wants step N+1 trained; the commit of each

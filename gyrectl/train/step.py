@@ -177,6 +177,7 @@ def train_step(trainer: Trainer, *, run: RunDir, step: int, config: Config, time
         metrics["time_s"]["save"] = timer.phases["save"]
         metrics["duration_s"] = round(time.perf_counter() - timer.start, 4)
         _append_metrics(run=run, metrics=metrics)
+        print(step_line(metrics), flush=True)  # the member's log: one line per step
     barrier()  # no rank reports success before rank 0 committed
     return metrics if world.is_main else None
 
@@ -249,6 +250,13 @@ def _metrics(*, step: int, batch: StepBatch, result: StepResult, world: World, l
         "dedup_ratio": round(batch.dedup_ratio, 4), "duration_s": 0.0, "time_s": {**timer.phases, "save": 0.0},
         "world_size": world.world_size, "optimizer_state": "loaded" if loaded else "fresh",
         "trainer": origin}
+
+
+def step_line(metrics: dict) -> str:
+    """The line a step leaves in its member's log, e.g. ``step 3 -> v4: 1,234 tokens trained, loss
+    -0.01234, 5.2 s (started)``; the full record is the step's line in ``metrics.jsonl``."""
+    return (f"step {metrics['step']} -> v{metrics['weight_version']}: {metrics['trained_tokens']:,} tokens trained, "
+            f"loss {metrics['loss']:.4g}, {metrics['duration_s']:.1f} s ({metrics['trainer']})")
 
 
 def _append_metrics(*, run: RunDir, metrics: dict) -> None:

@@ -1,11 +1,14 @@
 """The resident trainer (``--resident``): a step trained on the model and AdamW kept in memory
 gives the weights a fresh process gives from the committed checkpoint, and the trainer leaves
-when superseded, when the run stops, and with a clear error on a damaged request."""
+when superseded, when the run stops, when the head stops its group (quietly: no traceback, and
+no worker left behind), and with a clear error on a damaged request."""
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
+import signal
 import subprocess
 import time
 
@@ -16,6 +19,7 @@ from gyrectl.config import dump_config, load_config
 from gyrectl.run.files import write_train_request
 from gyrectl.run.rundir import RunDir
 from gyrectl.store.jsonl import read_records
+from gyrectl.train.step import step_line
 from train_run import (make_run, read_weights, record_calls, resident_log, resident_step, rollouts, torchrun_step,
                        train_step, write_batch)
 
@@ -79,10 +83,16 @@ def test_a_reused_trainer_gives_the_weights_of_a_fresh_process(tmp_path, tiny_mo
     # The run as step 0 left it (v1, optimizer/v1, batch 1), for a fresh process to go on from.
     fresh = RunDir(shutil.copytree(run.path, tmp_path / "fresh" / "run"))
     write_train_request(run, 1, "g1")
-    wait_for(committed(run, 1), run=run, process=trainer)
-    run.stop_file.touch()
+    wait_for(lambda: str(run.trainer_request_file(2)) in log(run), run=run, process=trainer)
+    if nproc:  # under torchrun, stopped as the head stops a group: SIGTERM to the agent
+        trainer.send_signal(signal.SIGTERM)
+    else:
+        run.stop_file.touch()
     code, err = finish(trainer, run=run)
-    assert code == 0, err[-4000:]
+    assert code == (128 + signal.SIGTERM if nproc else 0), err[-4000:]
+    assert "Traceback" not in err, err[-4000:]
+    # one line per step in the log, from rank 0 only
+    assert [line for line in err.splitlines() if line.startswith("step ")] == [step_line(r) for r in metrics(run)]
 
     done = torchrun_step(fresh, step=1, nproc=nproc) if nproc else train_step(fresh, step=1)
     assert done.returncode == 0, done.stderr[-4000:]
@@ -105,14 +115,18 @@ def test_a_reused_trainer_gives_the_weights_of_a_fresh_process(tmp_path, tiny_mo
           f"reused {lines[1]['time_s']['load']}, fresh step 1 {fresh_line['time_s']['load']}")
 
 
-@pytest.fixture
-def waiting(tmp_path, tiny_model_dir):
+def start_waiting(tmp_path, tiny_model_dir, *, nproc: int = 0) -> tuple[RunDir, subprocess.Popen]:
     """A resident trainer whose step 0 is committed already: it waits for request 1 at once."""
     run = make_run(tmp_path, tiny_model_dir=tiny_model_dir)
     shutil.copytree(run.weights_dir(0), run.weights_dir(1))
-    trainer = resident_step(run, step=0, group="g1")
+    trainer = resident_step(run, step=0, group="g1", nproc=nproc)
     wait_for(lambda: "waiting for" in log(run), run=run, process=trainer, timeout=120)
     return run, trainer
+
+
+@pytest.fixture
+def waiting(tmp_path, tiny_model_dir):
+    return start_waiting(tmp_path, tiny_model_dir)
 
 
 def test_a_request_for_another_group_makes_the_trainer_exit_0(waiting):
@@ -128,6 +142,33 @@ def test_the_stop_file_makes_the_trainer_exit_0(waiting):
     run.stop_file.touch()
     code, err = finish(trainer, run=run)
     assert code == 0 and "stopping" in err, err
+
+
+@pytest.mark.torchrun
+def test_a_killed_agent_takes_its_workers_with_it(tmp_path, tiny_model_dir):
+    """The local backend stops a member without grace: SIGTERM, then at once SIGKILL, to the agent's
+    process group, which leaves the agent no time to stop its workers; they are in sessions of
+    their own (torchrun's choice), and once outlived it, polling on."""
+    run, agent = start_waiting(tmp_path, tiny_model_dir, nproc=2)
+    workers = [int(pid) for pid in open(f"/proc/{agent.pid}/task/{agent.pid}/children").read().split()]
+    assert workers
+    agent.kill()
+    agent.wait()
+    deadline = time.monotonic() + 30
+    while (alive := [pid for pid in workers if running(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for orphan in alive:
+        os.kill(orphan, signal.SIGKILL)
+    assert not alive, f"workers {alive} outlived their agent:\n{log(run)[-4000:]}"
+
+
+def running(pid: int) -> bool:
+    """The process exists and is not a zombie waiting to be reaped."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def test_a_damaged_request_is_a_clear_error_not_a_hang(waiting):

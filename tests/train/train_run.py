@@ -128,12 +128,13 @@ def train_step(run: RunDir, *, step: int, timeout: float = 300) -> subprocess.Co
 
 
 def resident_step(run: RunDir, *, step: int, group: str, nproc: int = 0) -> subprocess.Popen:
-    """``python -m gyrectl.train ... --resident --group GROUP`` (under torchrun with ``nproc`` > 0),
+    """``python -m gyrectl.train ... --resident --group GROUP`` (with ``nproc`` > 0 under torchrun as
+    the coordinator starts it, ``gyrectl.train.torchrun``: the returned process is the agent),
     started and left running: the caller writes requests, the stop file, and waits for it. Its
     output goes to ``logs/resident-GROUP.log`` (a pipe nobody reads while it runs could fill up)."""
     command = ["-m", "gyrectl.train", "--run-dir", str(run.path), "--step", str(step), "--resident", "--group", group]
     if nproc:
-        command = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *command]
+        command = ["-m", "gyrectl.train.torchrun", "--standalone", f"--nproc_per_node={nproc}", *command]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     with open(resident_log(run, group=group), "w") as log:
         return subprocess.Popen([sys.executable, *command], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)

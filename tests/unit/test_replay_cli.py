@@ -1,5 +1,5 @@
-"""``gyrectl replay``: --json counts on a hand-computed example, run-directory input, export
-round trip, and readable errors (exit 2, no traceback) for bad input."""
+"""``gyrectl replay``: --json counts on a hand-computed example, run-directory and capture store
+input, export round trip, and readable errors (exit 2, no traceback) for bad input."""
 
 from __future__ import annotations
 
@@ -69,6 +69,22 @@ def test_run_directory_and_export_round_trip(tmp_path, capsys):
     check_counts(replay_json(["replay", str(exported), "--json"], capsys))
     only = replay_json(["replay", str(run), "--json", "--step", "2"], capsys)
     assert [e["execution"] for e in only["executions"]] == ["a"] and only["executions"][0]["reward"] == 1.0
+
+
+@pytest.mark.parametrize("name", ["calls.seg", "calls.bin"])
+def test_a_capture_store_file_replays_as_its_run_directory_does(tmp_path, capsys, name):
+    """What ``python -m gyrectl.gateway --records calls.seg`` writes (its CaptureWriter), alone;
+    told from JSONL by its first record's magic, whatever the file is called."""
+    store = tmp_path / name
+    with CaptureWriter(store, fsync=False) as writer:
+        for obj in CALLS:
+            writer.append(CallRecord.from_json(obj))
+    report = replay_json(["replay", str(store), "--json"], capsys)
+    check_counts(report)
+    assert report["skipped"] == [] and {e["reward"] for e in report["executions"]} == {None}
+    (tmp_path / "empty.seg").write_bytes(b"")  # a gateway that recorded nothing yet
+    code, out, err = run_cli(["replay", str(tmp_path / "empty.seg")], capsys)
+    assert code == 2 and out == "" and "no recorded calls (expected capture store records)" in err
 
 
 def test_human_view_shows_tree_and_stats(tmp_path, capsys):
