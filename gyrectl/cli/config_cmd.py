@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -13,20 +15,30 @@ from gyrectl.cli.render import emit_json, out, table
 from gyrectl.config import dump_config, load_config
 from gyrectl.config.loader import field_docs
 from gyrectl.config.schema import Config
+from gyrectl.launch.preflight import check_loop_inputs
 from gyrectl.plan.check import require_fit
 
 app = typer.Typer(help="Check, show and document configs.", no_args_is_help=True)
 
 
 @app.command("check")
-def check(config: ConfigArg, set_: SetOpt = [], json_: JsonOpt = False) -> None:  # noqa: B006
+def check(config: ConfigArg, set_: SetOpt = [], json_: JsonOpt = False,  # noqa: B006
+          config_only: Annotated[bool, typer.Option(
+              "--config-only", help="Check the config alone, not the files it names (a config written for "
+                                    "another machine's files).")] = False) -> None:
     """Validate CONFIG: types, unknown keys, cross-field arithmetic, and the memory plan where the
-    model's shape is known (exit 2 if invalid or too big for its GPUs; see gyrectl plan).
+    model's shape is known; then, when it names a loop (model.path and rollout.harness_command),
+    read what launch would read, relative to this directory: the model folder (config.json, a
+    tokenizer), every line of rollout.tasks and eval.tasks, the verifier (imported in a process of
+    its own) and the harness command's program and scripts. Exit 2 if anything is wrong, naming
+    the field (and FILE:LINE for a bad line); nothing is created.
 
-    Example:  gyrectl config check configs/slurm-local.yaml --set cluster.nodes=8
+    Example:  gyrectl config check configs/local-tiny.yaml --set rollout.tasks=my-tasks.jsonl
     """
     cfg = load_config(config, set_)
     memory = require_fit(cfg)
+    if not config_only:
+        check_loop_inputs(cfg, Path.cwd())
     summary = {"valid": True, "config": str(config), "backend": cfg.cluster.backend,
                "nodes": cfg.cluster.nodes, "cells": cfg.num_cells, "nodes_per_cell": cfg.cells.nodes_per_cell,
                "gpus": cfg.cluster.nodes * cfg.cluster.gpus_per_node, "policy": cfg.scheduler.policy,
@@ -42,8 +54,9 @@ def check(config: ConfigArg, set_: SetOpt = [], json_: JsonOpt = False) -> None:
         out.print("memory plan: not made (the model's shape is unknown here: gyrectl plan says why)")
     else:
         figures = summary["plan"]
-        out.print(f"memory plan: training rank {figures['train']['per_gpu_gb']} GB per GPU, server replica "
-                  f"{figures['serve']['per_gpu_gb']} GB per GPU, host {figures['host_per_node_gb']} GB per node",
+        plan, each = ("memory plan", "GPU") if cfg.cluster.gpus_per_node else ("memory plan (no GPUs)", "process")
+        out.print(f"{plan}: training rank {figures['train']['per_gpu_gb']} GB per {each}, server replica "
+                  f"{figures['serve']['per_gpu_gb']} GB per {each}, host {figures['host_per_node_gb']} GB per node",
                   highlight=False, soft_wrap=True)
 
 
@@ -58,7 +71,8 @@ def show(config: ConfigArg, set_: SetOpt = []) -> None:  # noqa: B006
 
 @app.command("docs")
 def docs(json_: JsonOpt = False) -> None:
-    """List every config field with its type, default and meaning.
+    """List every config field with its type, default and meaning: a table on a terminal, one
+    line per field when piped.
 
     Example:  gyrectl config docs | grep scheduler
     """
@@ -66,7 +80,15 @@ def docs(json_: JsonOpt = False) -> None:
     if json_:
         emit_json([{"key": k, "type": t, "default": d, "doc": doc} for k, t, d, doc in rows])
         return
-    out.print(table("config fields", ["key", "type", "default", "meaning"], rows))
+    if out.is_terminal:  # as wide as the terminal: every key whole, the rest wraps beside it
+        out.print(table("config fields", ["key", "type, default and meaning"],
+                        [(key, f"{type_}, default {default}\n{doc}") for key, type_, default, doc in rows],
+                        whole=("key",)))
+        return
+    # Piped (grep, less): one line per field, never wrapped or cut, so a grep shows the whole field.
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    for *columns, doc in rows:
+        typer.echo("  ".join([*(value.ljust(width) for value, width in zip(columns, widths)), " ".join(doc.split())]))
 
 
 def _fields(cls: type, prefix: str) -> typing.Iterator[tuple[str, str, str, str]]:

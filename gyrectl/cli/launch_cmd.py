@@ -24,6 +24,10 @@ def launch(
     resume: Annotated[Optional[str], typer.Option(
         "--resume", metavar="RUN", help="Continue a run that ended before completing (cancelled, time limit, its "
                                         "head killed): a new job takes over from the run's journal.")] = None,
+    replace: Annotated[bool, typer.Option(
+        "--replace", help="If the config's run directory exists and its job ended (failed, stopped, even "
+                          "completed), remove it and start the run afresh under the same name; refused while "
+                          "its job is pending or running.")] = False,
     root: RootOpt = DEFAULT_ROOT,
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Print the exact sbatch script (with --json: inside an object); submit nothing.")] = False,
@@ -42,8 +46,15 @@ def launch(
     runs as a process on this machine with virtual nodes. Either runs the whole RL loop when the
     config names a model and a harness.
 
-    --resume RUN submits a new head for an existing run: it replays the run's journal, keeps every
-    finished trajectory and trained step, and runs again what was in flight.
+    Before anything is created or submitted, launch runs the checks of gyrectl config check: the
+    memory plan, and, for a loop, the model folder, every line of the task files, the verifier
+    (imported in a process of its own) and the harness command's program (exit 2 naming the
+    field, and FILE:LINE for a bad line).
+
+    A run directory of the same name is never reused: --replace removes it first when its job
+    ended (a failed run, launched again under its name). --resume RUN submits a new head for an
+    existing run instead: it replays the run's journal, keeps every finished trajectory and
+    trained step, and runs again what was in flight.
 
     Examples:
 
@@ -53,13 +64,16 @@ def launch(
 
       gyrectl launch configs/example-32nodes.yaml --dry-run
 
+      gyrectl launch configs/local-tiny.yaml --replace
+
       gyrectl launch --resume slurm-tiny
     """
     if (config is None) == (resume is None):
         raise UserError("give a config file to start a run, or --resume RUN to continue one (not both)")
     if resume is not None:
-        if set_ or dry_run:
-            raise UserError("--resume continues a run with the config it started with; --set and --dry-run do not apply")
+        if set_ or dry_run or replace:
+            raise UserError("--resume continues a run with the config it started with; --set, --dry-run and "
+                            "--replace do not apply")
         result = resume_run(RunDir.open(resume, output_root=root))
         name = result.run_dir.name
     else:
@@ -73,7 +87,7 @@ def launch(
             else:
                 typer.echo(script, nl=False)
             return
-        result = launch_run(cfg)
+        result = launch_run(cfg, replace=replace)
         name = cfg.run.name
     if json_:
         emit_json({"run_dir": str(result.run_dir), "job_id": result.job_id, "backend": result.backend,

@@ -23,6 +23,10 @@ no output, the harness exited on its own    ``infra_failure``: a harness that cr
 
 An ``infra_failure`` is never trained and never a zero reward. A harness that wants a failure
 the *policy* caused to be scored prints an output first (``{"answer": "", "error": ...}``).
+
+``python -m gyrectl.rollout.reward FILE.py:FUNCTION BASE_DIR`` loads the verifier as the head
+will and prints ``{"problem": "..."}`` (empty when the function is there): the pre-flight
+(:mod:`gyrectl.launch.preflight`) runs it in a process of its own.
 """
 
 from __future__ import annotations
@@ -30,8 +34,10 @@ from __future__ import annotations
 import copy
 import hashlib
 import importlib.util
+import json
 import math
 import numbers
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -103,3 +109,23 @@ def score_execution(verifier: Verifier, task: dict[str, Any], output: dict[str, 
             return Scored(float(value), "ok", attempts=attempt)
         error = f"verifier returned {value!r}, not a finite number"
     return Scored(None, "infra_failure", f"{error} ({attempts} attempts)", attempts=attempts)
+
+
+def _report_verifier_problem(spec: str, base_dir: str) -> None:
+    """Loads the verifier and prints what is wrong with it as JSON on stdout, which it keeps for
+    that: what the user's module prints at import goes to stderr."""
+    verdict = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    try:
+        load_verifier(spec, base_dir)
+        problem = ""
+    except ConfigError as exc:
+        problem = str(exc)
+    verdict.write(json.dumps({"problem": problem}))
+    verdict.close()
+
+
+if __name__ == "__main__":
+    _report_verifier_problem(*sys.argv[1:3])
+    # Not a normal exit: a thread the module started at import must not keep the process alive.
+    os._exit(0)

@@ -35,10 +35,11 @@ def rerun_id(execution: str) -> str:
 
 
 def load_tasks(path: Path, *, field: str = "rollout.tasks") -> list[dict[str, Any]]:
-    """Tasks of a JSONL file (one object with at least ``id`` per line); errors name the line
-    (and ``field``, the config field that named the file)."""
+    """Tasks of a JSONL file (one object with at least ``id`` per line); errors name ``field``, the
+    config field that named the file, and the line (``field: FILE:LINE: ...``). The head and the
+    pre-flight (:mod:`gyrectl.launch.preflight`) both read the file with it."""
     try:
-        lines = Path(path).read_text().splitlines()
+        lines = Path(path).read_bytes().splitlines()
     except OSError as exc:
         raise UserError(f"{field}: cannot read {path}: {exc.strerror}") from None
     tasks = []
@@ -46,11 +47,13 @@ def load_tasks(path: Path, *, field: str = "rollout.tasks") -> list[dict[str, An
         if not line.strip():
             continue
         try:
-            task = json.loads(line)
+            task = json.loads(line.decode())
+        except UnicodeDecodeError:
+            raise UserError(f"{field}: {path}:{number}: not UTF-8 text") from None
         except json.JSONDecodeError as exc:
-            raise UserError(f"{path}:{number}: not JSON ({exc.msg})") from None
+            raise UserError(f"{field}: {path}:{number}: not JSON ({exc.msg}, column {exc.colno})") from None
         if not isinstance(task, dict) or "id" not in task:
-            raise UserError(f"{path}:{number}: a task is a JSON object with an 'id'")
+            raise UserError(f"{field}: {path}:{number}: a task is a JSON object with an 'id'")
         tasks.append(task)
     if not tasks:
         raise UserError(f"{field}: {path} holds no task")

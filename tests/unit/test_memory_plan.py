@@ -145,14 +145,14 @@ def test_plan_json_of_a_config_that_does_not_fit_is_still_data(cli):
     assert data["fits"] is False and data["problems"][0]["field"] == "rollout.concurrency_per_server"
 
 
-def test_an_unknown_model_is_a_user_error_for_plan_and_not_checked_elsewhere(cli, tmp_path):
+def test_an_unknown_model_is_a_user_error_for_plan_not_for_a_config_only_check(cli, tmp_path):
     result = cli("plan", EXAMPLE, "--set", "model.path=/nowhere/my-model")
     assert result.returncode == 2 and "model.path: '/nowhere/my-model' has no config.json" in result.stderr
-    assert cli("config", "check", EXAMPLE, "--set", "model.path=/nowhere/my-model").returncode == 0
+    assert cli("config", "check", EXAMPLE, "--config-only", "--set", "model.path=/nowhere/my-model").returncode == 0
 
 
 def test_config_check_json_carries_the_plan(cli, tiny_model_dir):
-    data = json.loads(cli("config", "check", EXAMPLE, "--json").stdout)
+    data = json.loads(cli("config", "check", EXAMPLE, "--json", "--config-only").stdout)  # its files are on its cluster
     assert data["plan"]["fits"] is True and data["plan"]["serve"]["replicas_per_cell"] == 4
     local = cli("config", "check", "configs/local-tiny.yaml", "--json", "--set", f"model.path={tiny_model_dir}")
     assert json.loads(local.stdout)["plan"]["model"]["params"] == 1_344_640  # read from the tiny model's config.json
@@ -164,3 +164,16 @@ def test_a_cpu_config_sums_both_roles_into_host_memory():
     plan = memory_plan(config, shape)
     assert plan.host_per_node == sum(plan.train.values()) + sum(plan.serve.values())
     assert plan.train["attention_mask"] == config.training.micro_batch_tokens ** 2  # dense bool mask on CPU
+
+
+def test_plan_of_a_cpu_config_says_host_memory_per_process_not_per_gpu(cli, tiny_model_dir):
+    args = ("plan", "configs/local-tiny.yaml", "--set", f"model.path={tiny_model_dir}")  # gpus_per_node: 0
+    result = cli(*args, env={"COLUMNS": "200"})
+    assert result.returncode == 0, result.stderr
+    assert "GB of host memory per process (no GPUs)" in result.stdout and "total per process" in result.stdout
+    assert "GPU(s)" not in result.stdout and "per GPU" not in result.stdout
+    data = json.loads(cli(*args, "--json").stdout)
+    assert list(data) == ["fits", "train", "serve", "host_per_node_gb", "problems", "model"]
+    check = cli("config", "check", *args[1:], "--config-only", env={"COLUMNS": "200"})
+    assert "memory plan (no GPUs): training rank" in check.stdout and "GB per process" in check.stdout
+    assert "per GPU" not in check.stdout
