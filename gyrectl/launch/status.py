@@ -15,6 +15,7 @@ the view leaves out what it holds and names it under ``damaged``.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, TypeVar
@@ -66,6 +67,8 @@ class RunView:
     """Records read and used, per file (``journal.jsonl``, ``metrics.jsonl``)."""
     evals: list[EvalRow] = field(default_factory=list)
     """One row per finished evaluation (``evals.jsonl``: :mod:`gyrectl.rollout.evals`)."""
+    disk_bytes: int = 0
+    """What the run directory's files hold, in bytes (:func:`disk_bytes`)."""
 
     def to_json(self) -> dict[str, Any]:
         return {"run_dir": self.run_dir, "name": self.name, "job": self.job.to_json(),
@@ -76,7 +79,7 @@ class RunView:
                 "training": None if self.training is None else self.training.to_json(),
                 "servers": [s.to_json() for s in self.servers], "servers_at": self.servers_at, "damaged": self.damaged,
                 "skipped": [s.to_json() for s in self.skipped], "records_read": self.records_read,
-                "evals": [e.to_json() for e in self.evals]}
+                "evals": [e.to_json() for e in self.evals], "disk_bytes": self.disk_bytes}
 
 
 T = TypeVar("T")
@@ -110,23 +113,59 @@ def job_view(run: RunDir, *, damaged: dict[str, str] | None = None) -> JobView:
 def run_view(run: RunDir) -> RunView:
     damaged: dict[str, str] = {}
     nodes = [NodeRow.of(n) for n in _read(read_nodes, run, damaged, None) or []]
-    written = nodes or run.nodes_file.name in damaged
-    note = "" if written else "the head has not written the node table yet (job pending or starting)"
-    if nodes and all(n.role == "idle" for n in nodes):
-        note = "all nodes idle: no coordinator assigns roles yet"
+    written = bool(nodes) or run.nodes_file.name in damaged
     load = _read(read_servers, run, damaged, {"at": None, "servers": []})
     config = _read(run_config, run, damaged, None)
     journal, metrics = read_journal(run.journal_file), scan_jsonl(run.metrics_file)
     steps, refused = finished_steps(metrics)
     evals, refused_evals = finished_evals(scan_jsonl(run.evals_file))
-    view = RunView(run_dir=str(run.path), name=run.name, job=job_view(run, damaged=damaged), nodes=nodes,
+    job = job_view(run, damaged=damaged)
+    note = _note(run, job=job, nodes=nodes, table_written=written, coordinator_ran=bool(journal.events))
+    view = RunView(run_dir=str(run.path), name=run.name, job=job, nodes=nodes,
                    note=note, steps=steps, total_steps=config.run.steps if config else 0,
                    servers=[ServerRow.of(s) for s in load["servers"]], servers_at=load["at"], damaged=damaged,
                    skipped=sorted(journal.skipped + metrics.skipped + refused + refused_evals,
                                   key=lambda s: (s.path, s.offset)),
                    records_read={run.journal_file.name: len(journal.records),
-                                 run.metrics_file.name: len(metrics.records) - len(refused)}, evals=evals)
+                                 run.metrics_file.name: len(metrics.records) - len(refused)}, evals=evals,
+                   disk_bytes=disk_bytes(run.path))
     return view if config is None else _with_coordinator(view, nodes, config, journal.events)
+
+
+def _note(run: RunDir, *, job: JobView, nodes: list[NodeRow], table_written: bool, coordinator_ran: bool) -> str:
+    """Why the node table shows no roles, if it shows none: the job is starting, no coordinator
+    runs (an allocation held without a loop), or the run ended before one ran (a run that failed
+    at start: its error is ``job.error``, which ``status`` shows above the tables)."""
+    if job.state == "ended" and not coordinator_ran:
+        how = "failed" if job.reason == "failed" else f"ended ({job.reason})"
+        return f"the run {how} before any coordinator ran; the head's log: {run.logs_dir / 'head.log'}"
+    if not table_written:
+        return "the head has not written the node table yet (job pending or starting)"
+    if nodes and all(n.role == "idle" for n in nodes):
+        return "all nodes idle: no coordinator assigns roles yet"
+    return ""
+
+
+def disk_bytes(folder: Path) -> int:
+    """The sizes of the files under ``folder`` summed, links not followed (``checkpoints/v0`` is
+    the user's model, not the run's): one ``scandir`` per folder, one ``lstat`` per file. A file
+    or folder that goes while it is read (a step's temporary folder, a version retention removed)
+    counts for nothing."""
+    total, folders = 0, [folder]
+    while folders:
+        try:
+            with os.scandir(folders.pop()) as entries:
+                for entry in entries:
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            folders.append(Path(entry.path))
+                        elif entry.is_file(follow_symlinks=False):
+                            total += entry.stat(follow_symlinks=False).st_size
+                    except OSError:
+                        continue
+        except OSError:  # gone, or not ours to read (a sandboxed harness's workdir)
+            continue
+    return total
 
 
 def _with_coordinator(view: RunView, nodes: list[NodeRow], config: Config, events: list[Event]) -> RunView:

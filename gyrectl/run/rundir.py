@@ -15,7 +15,8 @@
                                        reward, status; a later line ``{"execution", "step"}`` says
                                        which training step consumed it)
       batches/step-NNNNNN.json         what training step N consumes: its executions and rewards
-      checkpoints/vN/                  policy weights version N (HF folder; v0 = the initial model)
+      checkpoints/vN/                  policy weights version N (HF folder; v0 = the initial model);
+                                       the newest ``training.keep_checkpoints`` stay (gyrectl.launch.retention)
       checkpoints/optimizer/vN/        the trainer's state after the step that produced vN (a DCP
                                        checkpoint: one shard file per rank, ``.metadata``)
       trainer/request-NNNNNN.json      asks a resident trainer to train step N: ``{"step", "group"}``
@@ -139,6 +140,15 @@ class RunDir:
         """Policy weights version ``version``: an HF folder the servers and the trainer load."""
         return self.checkpoints_dir / f"v{version}"
 
+    def weight_versions(self) -> list[int]:
+        """The weights versions in ``checkpoints/``, in order (a step's temporary ``.vN.tmp-PID``
+        folder is not one yet)."""
+        if not self.checkpoints_dir.is_dir():
+            return []
+        with os.scandir(self.checkpoints_dir) as entries:
+            names = [entry.name for entry in entries]
+        return sorted(int(name[1:]) for name in names if name[:1] == "v" and name[1:].isdecimal())
+
     @property
     def optimizer_dir(self) -> Path:
         return self.checkpoints_dir / "optimizer"
@@ -216,8 +226,9 @@ class RunDir:
             path.mkdir(mode=0o700)
         except FileExistsError:
             raise UserError(
-                f"run directory {path} already exists; pick another name "
-                f"(--set run.name=...) or inspect it with: gyrectl status {path}") from None
+                f"run directory {path} already exists; start it afresh with `gyrectl launch CONFIG --replace` "
+                f"(its files are removed), continue it with `gyrectl launch --resume {path}`, or pick another "
+                f"name (--set run.name=...); inspect it with: gyrectl status {path}") from None
         except OSError as exc:
             raise UserError(f"cannot create run directory {path}: {exc.strerror}") from None
         os.chmod(path, 0o700)  # mkdir's mode is masked by the umask

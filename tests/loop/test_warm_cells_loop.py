@@ -6,7 +6,8 @@ waits while its cells serve and trains every later step on the model and optimiz
 
 One short run of the embedded default's config (3 steps, smaller batches) serves every assertion.
 Its gateway is two processes sharing one port (``cluster.head.gateway_processes``), so every
-drain and return of a cell reaches both, and the trainer reads the calls both recorded.
+drain and return of a cell reaches both, and the trainer reads the calls both recorded. It keeps
+two weight versions (``training.keep_checkpoints``), so it ends with fewer than it trained.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from gyrectl.capture.store import scan
 from gyrectl.coordinator.events import PhaseChanged, StepFailed, TrainStarted
 from gyrectl.coordinator.journal import read_events
 from gyrectl.coordinator.state import Phase
+from gyrectl.run.rundir import RunDir
 
 pytestmark = [pytest.mark.loop, pytest.mark.vllm, pytest.mark.slow]
 STEPS = 3
@@ -33,7 +35,8 @@ def colocated(cli, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactor
                  "--set", f"model.path={tiny_model_dir}", "--set", "run.name=warm", "--set", f"run.steps={STEPS}",
                  "--set", "scheduler.policy=colocate", "--set", "scheduler.min_rollout_cells=0",
                  "--set", "training.batch_executions=16", "--set", "rollout.server_port=18400",
-                 "--set", "cluster.head.gateway_processes=2", timeout=2400)
+                 "--set", "cluster.head.gateway_processes=2", "--set", "training.keep_checkpoints=2",
+                 timeout=2400)
     run_dir = root / "warm"
     head_log = (run_dir / "logs" / "head.log").read_text() if (run_dir / "logs" / "head.log").exists() else ""
     assert result.returncode == 0, f"{result.stderr}\n--- head.log ---\n{head_log[-5000:]}"
@@ -83,3 +86,13 @@ def test_status_shows_warm_moves_ready_at_once(cli, colocated) -> None:
     # (how fast a warm return is, against a cold one, is measured side by side by
     # benchmarks/coordination/warm.py, with its figures in docs/performance.md)
     assert {c["engine"] for c in view["cells"]} <= {"asleep", "awake"}
+
+
+def test_the_run_ends_with_the_two_newest_weight_versions_and_the_users_model(colocated, tiny_model_dir) -> None:
+    """``training.keep_checkpoints=2``: v1 went once the run no longer needed it (the last step's
+    servers went with the head); v3, all a resume reads, stays, with its optimizer state only."""
+    run = RunDir(colocated)
+    assert run.weight_versions() == [0, STEPS - 1, STEPS]
+    assert run.weights_dir(0).is_symlink() and run.weights_dir(0).resolve() == tiny_model_dir.resolve()
+    assert (tiny_model_dir / "config.json").is_file()
+    assert [p.name for p in run.optimizer_dir.glob("v*")] == [f"v{STEPS}"]

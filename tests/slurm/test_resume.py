@@ -1,6 +1,7 @@
 """A run outlives its head: the coordinator is killed (kill -9), then the job is cancelled, and
 each time ``gyrectl launch --resume`` submits a new head that replays the journal, keeps every
-finished trajectory and trained step, runs again what was in flight, and completes the run."""
+finished trajectory and trained step, runs again what was in flight, and completes the run. It
+keeps two weight versions (``training.keep_checkpoints=2``): each head reads only the newest."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from gyrectl.coordinator.events import Resumed, TrainEnded
+from gyrectl.run.rundir import RunDir
 from gyrectl.store.jsonl import read_records
 
 from runs import batches, events, execution_records, launch_loop, status, wait_for, wait_until_ended
@@ -36,7 +38,8 @@ def _resume(cli, run_dir: Path) -> str:
 
 @pytest.fixture(scope="module")
 def resumed_twice(cli, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    run_dir = launch_loop(cli, root=tmp_path_factory.mktemp("runs"), model=tiny_model_dir, name="resumed")
+    run_dir = launch_loop(cli, root=tmp_path_factory.mktemp("runs"), model=tiny_model_dir, name="resumed",
+                          extra=("--set", "training.keep_checkpoints=2"))
     _mid_rollout(cli, run_dir, steps_done=1)
     head = [r for r in read_records(run_dir / "journal.jsonl") if r.get("event") == "head_started"][-1]
     os.kill(head["pid"], signal.SIGKILL)  # the coordinator dies without a word
@@ -84,3 +87,6 @@ def test_every_step_trained_once_and_no_trajectory_lost_or_reused(resumed_twice)
     rerun = [e for e in trained if "-r" in e]
     assert rerun, "the executions cut by the kill ran again under new ids"
 
+
+def test_the_resumed_run_ends_with_the_two_newest_weight_versions(resumed_twice) -> None:
+    assert RunDir(resumed_twice["run_dir"]).weight_versions() == [0, STEPS - 1, STEPS]

@@ -83,6 +83,7 @@ BAD_CONFIGS = [
      "must be set when rollout.harness_command is"),
     ({"training": {"max_importance_weight": 0.5}}, "training.max_importance_weight", "at least 1"),
     ({"rollout": {"server_port": 80}}, "rollout.server_port", "1024-63535"),
+    ({"training": {"keep_checkpoints": -1}}, "training.keep_checkpoints", "at least 0, got -1"),
 ]
 
 
