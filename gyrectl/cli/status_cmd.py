@@ -100,7 +100,7 @@ def render(view: RunView) -> Group:
     reason = f", {job.reason}" if job.reason else ""
     # Names, reasons and errors come from files and from Slurm: escaped, so a '[' in them is text, not markup.
     head = (f"[bold]{escape(view.name)}[/]  job {escape(job.id)} on {escape(job.backend)}: [{colour}]{job.state}[/]"
-            + escape(f"{detail}{reason}\n{view.run_dir}"))
+            + escape(f"{detail}{reason}\n{view.run_dir} ({_size(view.disk_bytes)} on disk)"))
     if job.components:  # Slurm's own view of each component
         head += escape("\nSlurm: " + "; ".join(f"{c.id} {c.state} on {c.nodes or '-'}"
                                              + (f" (cell {c.cell})" if c.cell is not None else "") for c in job.components))
@@ -146,7 +146,8 @@ def _cells_table(view: RunView) -> object:
     training = view.training
     ex = view.executions
     assert ex is not None  # cells and counts come from the same replayed journal
-    title = (f"cells: executions {ex.finished} finished, {ex.in_flight} in flight; "
+    failures = f" ({ex.infra_failures} infrastructure failures, never trained)" if ex.infra_failures else ""
+    title = (f"cells: executions {ex.finished} finished{failures}, {ex.trained} trained, {ex.in_flight} in flight; "
              + (f"training step {training.index} on cells {list(training.cells)} since {_clock(training.started_at)}"
                 if training else "no training step running"))
     rows = [(c.id, ",".join(c.nodes), c.role, c.phase + (" (in step)" if c.in_training_step else ""),
@@ -157,6 +158,18 @@ def _cells_table(view: RunView) -> object:
 
 def _fraction(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
+
+
+def _size(num_bytes: int) -> str:
+    """``517.3 MB``: decimal units, as ``du --si`` says them."""
+    if num_bytes < 1000:
+        return f"{num_bytes} B"
+    size = num_bytes / 1000
+    for unit in ("kB", "MB", "GB", "TB"):
+        if size < 1000 or unit == "TB":
+            break
+        size /= 1000
+    return f"{size:.1f} {unit}"
 
 
 def _count(value: int | None) -> str:

@@ -159,6 +159,12 @@ def check_config(config: Config) -> None:
                                                       "executions need tasks and a reward")
     if rollout.sandbox == "apptainer" and not rollout.apptainer_image:
         raise ConfigError("rollout.apptainer_image", "must name the image (.sif) when rollout.sandbox is apptainer")
+    budget = rollout.infra_failures
+    _at_least("rollout.infra_failures.first", budget.first, 0)
+    _at_least("rollout.infra_failures.window", budget.window, 0)
+    if not 0 <= budget.max_share < 1:
+        raise ConfigError("rollout.infra_failures.max_share", f"must be in [0, 1), got {budget.max_share:g} "
+                                                              "(set rollout.infra_failures.window=0 to turn it off)")
     if not 1024 <= rollout.server_port <= 65535 - 2000:
         raise ConfigError("rollout.server_port", f"{rollout.server_port} leaves no room above it: the local "
                                                  "backend's cells take the next ports and training steps' "
@@ -178,6 +184,7 @@ def check_config(config: Config) -> None:
     if training.max_importance_weight < 1:
         raise ConfigError("training.max_importance_weight",
                           f"must be at least 1 (1 = no correction of stale tokens), got {training.max_importance_weight:g}")
+    _at_least("training.keep_checkpoints", training.keep_checkpoints, 0)  # 0: keep every version
     _at_least("dedup.j_max", dedup.j_max, 1)
     evaluation = config.eval
     _at_least("eval.every_steps", evaluation.every_steps, 0)

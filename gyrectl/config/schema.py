@@ -120,6 +120,25 @@ class CellsConfig:
 
 
 @dataclass(frozen=True)
+class InfraFailureBudget:
+    """When executions that end as infrastructure failures (no output, a verifier that keeps
+    raising) stop the run: a harness that cannot start fails every execution, and a run that goes
+    on would "complete" having trained nothing. Executions of a lost harness node are run again
+    elsewhere and do not count, nor do evaluations."""
+
+    first: int = 8
+    """The run fails when its first ``first`` executions all end as infrastructure failures (a
+    harness that fails on import fails them all within seconds). 0: no such check."""
+    window: int = 64
+    """How many of the latest executions ``max_share`` looks at (0: no such check). A budget over a
+    window, not a count, so that the occasional lost node or crashed tool of a long run never adds
+    up to a stop, while a harness or gateway that breaks halfway through is caught."""
+    max_share: float = 0.5
+    """The run fails when more than this share of the last ``window`` executions ended as
+    infrastructure failures (checked once ``window`` executions have ended)."""
+
+
+@dataclass(frozen=True)
 class RolloutConfig:
     engine_args: dict[str, Any] = field(default_factory=dict)
     """Extra vLLM server arguments (``max-model-len: 4096`` becomes ``--max-model-len 4096``)."""
@@ -166,6 +185,8 @@ class RolloutConfig:
     """More paths a sandboxed harness may read (data sets, tool installs)."""
     apptainer_image: str = ""
     """The image ``sandbox: apptainer`` runs harnesses in (a ``.sif`` file)."""
+    infra_failures: InfraFailureBudget = field(default_factory=InfraFailureBudget)
+    """How many infrastructure failures a run takes before it stops as ``failed``."""
 
     def engine_arg(self, name: str) -> Any:
         """The value ``engine_args`` gives vLLM's ``--NAME`` (spelt ``max-model-len``,
@@ -202,6 +223,13 @@ class TrainingConfig:
     offloaded to host memory while the cells serve). Other cells, a failed step or a lost cell start
     a new group from the last checkpoint. false: every step starts its members afresh. A step that
     grows (``scheduler.grow_running_step``, simulated only) always starts afresh."""
+    keep_checkpoints: int = 3
+    """Weight versions (``checkpoints/vN``) kept on disk: the newest N; the head removes an older
+    one once no server serves or loads it and no evaluation waits on it (0: keep every version).
+    v0, the link to ``model.path``, is never removed. 3 by default: the newest is all that the next
+    step, the servers and a resume read, and two more let you go back a couple of steps if
+    training diverged, while a 32B model's run holds ~3 x 64 GB of bf16 weights instead of 64 GB
+    per step it trained. Only the newest version's optimizer state is kept, whatever this says."""
 
 
 @dataclass(frozen=True)

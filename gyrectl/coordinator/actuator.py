@@ -18,7 +18,7 @@ from gyrectl.coordinator.events import (CellLost, CellPlaced, Dispatched, Event,
                                         SyncStarted, TrainEnded, TrainerReleased, TrainExtended, TrainRetried,
                                         TrainStarted)
 from gyrectl.coordinator.observation import read_world
-from gyrectl.coordinator.ports import Clock, ResidentTrainers, RolloutGateway, StepBuilder
+from gyrectl.coordinator.ports import Checkpoints, Clock, ResidentTrainers, RolloutGateway, StepBuilder
 from gyrectl.coordinator.recovery import (EndTraining, ForgetServer, GiveUp, LoseCell, PlaceCell, Recovery,
                                           ReleaseTrainer, RestartServer, RetryTraining, RouteServer, SleepDrained,
                                           StopDrained, recover)
@@ -38,10 +38,12 @@ def group_cells(workers: Sequence[str], nodes_per_cell: int) -> list[tuple[str, 
 
 class Actuator:
     def __init__(self, *, cluster: Cluster, gateway: RolloutGateway, clock: Clock, steps: StepBuilder,
-                 trainers: ResidentTrainers, cell_nodes: Sequence[tuple[str, ...]]):
+                 trainers: ResidentTrainers, cell_nodes: Sequence[tuple[str, ...]],
+                 checkpoints: Checkpoints | None = None):
+        """``checkpoints``: who removes old weights versions (None: nothing is removed)."""
         self.cell_nodes = list(cell_nodes)
         self._cluster, self._gateway, self._clock, self._steps = cluster, gateway, clock, steps
-        self._trainers = trainers
+        self._trainers, self._checkpoints = trainers, checkpoints
 
     def act(self, action: Action, state: CoordinatorState) -> list[Event]:
         now = self._clock.now()
@@ -64,8 +66,8 @@ class Actuator:
                 return [PhaseChanged(cell=cell, phase=Phase.DRAINING, at=now, step_id=state.cells[cell].step_id,
                                      weight_version=state.cells[cell].weight_version)]
             case StartTrain(index=index, cells=cells, take=take):
-                self._gateway.claim(index=index, take=take)
-                return self._start_training(state, index, cells, take, now)
+                left_out = self._gateway.claim(index=index, take=take)
+                return self._start_training(state, index, cells, take, now, left_out=left_out)
             case ExtendTrain(cell=cell):
                 assert state.train is not None
                 member = self._start_member(cell, state.train.index, members=state.train.cells + (cell,))
@@ -76,7 +78,10 @@ class Actuator:
         raise AssertionError(f"unhandled action {action!r}")
 
     def wait(self, state: CoordinatorState) -> list[Event]:
-        """Waits for the world to move, then reports what changed."""
+        """Removes the weights versions no one reads any more (``state`` is current here: every
+        event so far is in it), waits for the world to move, then reports what changed."""
+        if self._checkpoints is not None:
+            self._checkpoints.retain(state)
         self._clock.wait()
         return self._gateway.poll() + self.observe(state)
 
@@ -141,7 +146,7 @@ class Actuator:
         return failed + [TrainRetried(index=retry.index, at=self._clock.now(), step_ids=step_ids, group=group)]
 
     def _start_training(self, state: CoordinatorState, index: int, cells: tuple[int, ...],
-                        take: tuple[tuple[int, int, int], ...], now: float) -> list[Event]:
+                        take: tuple[tuple[int, int, int], ...], now: float, *, left_out: int) -> list[Event]:
         """Step ``index`` on ``cells``: asked of the resident group if it is up on exactly these
         cells; otherwise that group is stopped and the step's members start (a new group when
         ``training.resident``)."""
@@ -149,13 +154,14 @@ class Actuator:
         if trainer is not None and set(trainer.cells) == set(cells):
             self._trainers.request(index=index, group=trainer.group)
             return [TrainStarted(index=index, cells=trainer.cells, take=take, at=now, step_ids=trainer.step_ids,
-                                 group=trainer.group, reused=True)]
+                                 group=trainer.group, reused=True, left_out=left_out)]
         if trainer is not None:
             self._stop(trainer.step_ids)
             events.append(TrainerReleased(group=trainer.group, at=now))
         group = _group_id(index, 0, now) if state.limits.resident_trainer else ""
         step_ids = tuple(self._start_member(c, index, members=cells, group=group) for c in cells)
-        return events + [TrainStarted(index=index, cells=cells, take=take, at=now, step_ids=step_ids, group=group)]
+        return events + [TrainStarted(index=index, cells=cells, take=take, at=now, step_ids=step_ids, group=group,
+                                      left_out=left_out)]
 
     def _stop(self, step_ids: Iterable[str]) -> None:
         for step_id in step_ids:

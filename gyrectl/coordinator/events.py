@@ -41,6 +41,9 @@ class Finished:
     version: int
     timed_out: bool
     at: float
+    infra_failure: bool = False
+    """It ended without a reward (no output, the verifier kept failing): it is buffered and claimed
+    like any other, so batches keep their place in the dispatch order, but never trained."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,8 @@ class TrainStarted:
     """The resident trainer group that trains it ("": one-shot members)."""
     reused: bool = False
     """The group was up already (it trained the step before on the same cells): no member started."""
+    left_out: int = 0
+    """Of the executions taken, the infrastructure failures the batch leaves out (never trained)."""
 
 
 @dataclass(frozen=True)
@@ -209,6 +214,7 @@ def _finished(state: CoordinatorState, e: Finished) -> CoordinatorState:
     assert e.seq < state.dispatched and state.finished < state.dispatched, "finished more than dispatched"
     batch = e.seq // state.limits.batch_executions
     return dataclasses.replace(state, finished=state.finished + 1, timed_out=state.timed_out + e.timed_out,
+                               infra_failures=state.infra_failures + e.infra_failure,
                                buffer=_add_to_buffer(state.buffer, batch, e.version, 1))
 
 
@@ -236,9 +242,10 @@ def _train_started(state: CoordinatorState, e: TrainStarted) -> CoordinatorState
         assert not e.group or state.trainer is None, "a new group starts once the last one was released"
     trainer = TrainerGroup(group=e.group, cells=e.cells, step_ids=e.step_ids) if e.group else state.trainer
     return dataclasses.replace(state, buffer=buffer, cells=CellTable(cells), trained=state.trained + executions,
+                               left_out=state.left_out + e.left_out,
                                staleness=tuple(sorted(staleness.items())), trainer=trainer,
                                train=TrainStep(index=e.index, cells=e.cells, executions=executions, started_at=e.at,
-                                               take=e.take, group=e.group))
+                                               take=e.take, group=e.group, left_out=e.left_out))
 
 
 def _train_extended(state: CoordinatorState, e: TrainExtended) -> CoordinatorState:
@@ -309,7 +316,8 @@ def _abandon_training(state: CoordinatorState) -> CoordinatorState:
     for batch, version, count in state.train.take:
         buffer = _add_to_buffer(buffer, batch, version, count)
         staleness[state.train.index - version] -= count
-    return dataclasses.replace(state, buffer=buffer, trained=state.trained - state.train.executions, train=None,
+    return dataclasses.replace(state, buffer=buffer, trained=state.trained - state.train.executions,
+                               left_out=state.left_out - state.train.left_out, train=None,
                                staleness=tuple(sorted((k, n) for k, n in staleness.items() if n)))
 
 

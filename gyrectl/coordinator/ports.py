@@ -3,7 +3,8 @@ executions and routing, the clock it waits on, and the builder of the steps it s
 talk HTTP and sleep; the simulated ones (:mod:`gyrectl.sim.gateway`) share a virtual clock with
 the simulated cluster. The step builder (:mod:`gyrectl.launch.steps`) knows the engines' command
 lines; the coordinator only asks it for ``StepSpec``s. Resident trainer groups are asked for steps
-through the run directory (:mod:`gyrectl.launch.trainers`) or the simulated world."""
+through the run directory (:mod:`gyrectl.launch.trainers`) or the simulated world. Old weights
+versions are removed by the head's checkpoint retention (:mod:`gyrectl.launch.retention`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Protocol
 
 from gyrectl.cluster.base import Node, StepSpec
 from gyrectl.coordinator.events import Event
+from gyrectl.coordinator.state import CoordinatorState
 
 
 def batch_name(index: int) -> str:
@@ -44,8 +46,9 @@ class RolloutGateway(Protocol):
     def sync_weights(self, cell: int, version: int) -> None:
         """Makes the cell's server load weights ``version``; reported by ``WeightsSynced``."""
 
-    def claim(self, *, index: int, take: tuple[tuple[int, int, int], ...]) -> str:
-        """Reserves the finished executions ``take`` for training step ``index``; names the batch."""
+    def claim(self, *, index: int, take: tuple[tuple[int, int, int], ...]) -> int:
+        """Reserves the finished executions ``take`` for training step ``index``; returns how many
+        of them the batch leaves out (infrastructure failures: never trained)."""
 
     def release(self, *, index: int) -> None:
         """Gives back what ``claim`` reserved for step ``index`` (the step was abandoned when a
@@ -86,3 +89,10 @@ class Clock(Protocol):
 
     def wait(self) -> None:
         """Blocks until something may have changed (real: a poll interval; simulated: next event)."""
+
+
+class Checkpoints(Protocol):
+    """The weights versions on the shared filesystem (``checkpoints/vN``)."""
+
+    def retain(self, state: CoordinatorState) -> None:
+        """Removes the versions no one reads any more in ``state`` (``training.keep_checkpoints``)."""

@@ -152,6 +152,8 @@ class TrainStep:
     """The buffered executions it took, ``(batch, version, count)`` (given back if it is abandoned)."""
     group: str = ""
     """The resident trainer group that trains it ("": one-shot members, whose exit says it is done)."""
+    left_out: int = 0
+    """Of ``executions``, the infrastructure failures its batch leaves out."""
 
 
 @dataclass(frozen=True)
@@ -178,8 +180,13 @@ class CoordinatorState:
     """f: executions that ended (completed or stopped at the time limit); both are trained."""
     timed_out: int = 0
     """Of ``finished``, those stopped at rollout.execution_time_limit_s."""
+    infra_failures: int = 0
+    """Of ``finished``, those that ended without a reward (never trained)."""
     trained: int = 0
-    """Executions taken by training steps so far."""
+    """Executions taken by training steps so far (what the schedule counts: infrastructure
+    failures too, which their batches leave out)."""
+    left_out: int = 0
+    """Of ``trained``, the infrastructure failures: ``trained - left_out`` were trained."""
     version: int = 0
     """Latest weights version published by the trainer (= training steps completed)."""
     buffer: tuple[tuple[int, int, int], ...] = ()

@@ -87,6 +87,9 @@ class ExecutionCounts:
     in_flight: int
     finished: int
     trained: int
+    """Executions trained on (infrastructure failures never are)."""
+    infra_failures: int = 0
+    """Executions that ended without a reward (the harness printed no output, the verifier failed)."""
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -119,7 +122,7 @@ def training_row(state: CoordinatorState) -> TrainingRow | None:
 
 def execution_counts(state: CoordinatorState) -> ExecutionCounts:
     return ExecutionCounts(dispatched=state.dispatched, in_flight=state.in_flight, finished=state.finished,
-                           trained=state.trained)
+                           trained=state.trained - state.left_out, infra_failures=state.infra_failures)
 
 
 def placed_cells(events: Sequence[Event], discovered: Sequence[tuple[str, ...]]) -> list[tuple[str, ...]]:

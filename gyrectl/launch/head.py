@@ -13,13 +13,13 @@ Run by hand (local backend): ``python -m gyrectl.launch.head RUN_DIR``.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
 import sys
 import threading
 import time
-import traceback
 from dataclasses import asdict
 from pathlib import Path
 
@@ -27,7 +27,9 @@ from gyrectl.cluster.backend import Deadline, backend_for
 from gyrectl.cluster.base import Node
 from gyrectl.config import load_config
 from gyrectl.errors import GyreError
-from gyrectl.launch.loop import run_loop, runnable
+from gyrectl.launch.head_log import head_log
+from gyrectl.launch.loop import run_loop
+from gyrectl.launch.preflight import runnable
 from gyrectl.run.rundir import RunDir
 from gyrectl.store.jsonl import JsonlAppender
 
@@ -35,6 +37,7 @@ IDLE = "idle"
 POLL_S = 0.5
 _SIGNALLED = {signal.SIGTERM: "cancelled", signal.SIGINT: "interrupted", signal.SIGUSR2: "time_limit"}
 """How the run ended, by the signal that ended it: scancel, Ctrl-C, a time-limit warning."""
+log = logging.getLogger("gyrectl.head")
 
 
 def node_table(nodes: list[Node]) -> list[dict[str, object]]:
@@ -63,9 +66,10 @@ def run_head(run_path: str) -> str:
     for sig in _SIGNALLED:
         signal.signal(sig, on_signal)
 
-    with JsonlAppender(run.journal_file) as journal:
-        journal.append({"event": "head_started", "at": time.time(), "host": socket.gethostname(),
-                        "pid": os.getpid(), "slurm_job_id": os.environ.get("SLURM_JOB_ID")})
+    with head_log(run.logs_dir / "head.log"), JsonlAppender(run.journal_file) as journal:
+        started = {"host": socket.gethostname(), "pid": os.getpid(), "slurm_job_id": os.environ.get("SLURM_JOB_ID")}
+        journal.append({"event": "head_started", "at": time.time(), **started})
+        log.info("head started for %s (%s)", run.path, ", ".join(f"{k} {v}" for k, v in started.items() if v))
         config = load_config(run.config_file)
         backend = backend_for(config)
         deadlines.append(backend.deadline())
@@ -77,6 +81,7 @@ def run_head(run_path: str) -> str:
             run.write_json(run.nodes_file, table)
             journal.append({"event": "nodes_discovered", "at": time.time(), "nodes": [n.name for n in nodes],
                             "harness_nodes": [n.name for n in cluster.harness_nodes()]})
+            log.info("nodes: %s", ", ".join(n.name for n in [*nodes, *cluster.harness_nodes()]))
             if runnable(config):
                 final = run_loop(run=run, config=config, cluster=cluster, nodes=nodes, table=table, launch_dir=Path.cwd(),
                                  stopped=stopped)
@@ -88,7 +93,7 @@ def run_head(run_path: str) -> str:
         except GyreError as exc:
             error, completed = str(exc), False
         except Exception as exc:  # a bug: still say how the run ended, with the traceback in head.log
-            traceback.print_exc()
+            log.exception("the head failed")
             error, completed = f"{type(exc).__name__}: {exc}", False
         finally:
             cluster.close()
@@ -101,6 +106,10 @@ def run_head(run_path: str) -> str:
         else:
             reason = "completed" if completed else "stopped"
         journal.append({"event": "head_ended", "at": time.time(), "reason": reason, "error": error})
+        if error:
+            log.error("the run failed: %s", error)
+        else:
+            log.info("head ended: %s", reason)
     return reason
 
 

@@ -5,6 +5,7 @@
         harness nodes) + live rollouts
     actuator over the Cluster (vLLM server steps, torchrun training members)
     run_coordinator(policy) until the configured steps are trained or the run is stopped
+    checkpoint retention (each idle round, and at the end): old checkpoints/vN no one reads go
     tracking (background thread): metrics and journal -> TensorBoard (and W&B) scalars
 
 Everything the coordinator decides goes to the journal; the node table follows the cells' phases
@@ -16,7 +17,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -35,6 +35,9 @@ from gyrectl.gateway.control import GatewayControl
 from gyrectl.gateway.processes import GatewayProcesses
 from gyrectl.gateway.limits import raise_open_files
 from gyrectl.gateway.settings import GatewaySettings
+from gyrectl.launch.head_log import event_line
+from gyrectl.launch.preflight import harness_argv
+from gyrectl.launch.retention import CheckpointRetention
 from gyrectl.launch.steps import step_factory
 from gyrectl.launch.trainers import RunDirTrainers
 from gyrectl.rollout.evals import EvalPlan
@@ -57,7 +60,8 @@ log = logging.getLogger(__name__)
 
 
 class NodeRoles:
-    """The journal as the coordinator's event sink, keeping ``nodes.json`` roles in step."""
+    """The journal as the coordinator's event sink, keeping ``nodes.json`` roles in step and
+    telling ``logs/head.log`` what happened."""
 
     def __init__(self, run: RunDir, journal: Journal, table: list[dict[str, object]], cell_nodes: list[tuple[str, ...]]):
         self._run, self._journal, self._table, self._cell_nodes = run, journal, table, list(cell_nodes)
@@ -71,6 +75,8 @@ class NodeRoles:
 
     def append(self, event: Event) -> None:
         self._journal.append(event)
+        if line := event_line(event):
+            log.log(*line)
         match event:
             case PhaseChanged(cell=cell, phase=phase, at=at):
                 self._set_role(cell, phase, at)
@@ -89,11 +95,6 @@ class NodeRoles:
             if row["name"] in names:
                 row["role"], row["cell"], row["since"] = phase.value, cell, at
         self._run.write_json(self._run.nodes_file, self._table)
-
-
-def runnable(config: Config) -> bool:
-    """Whether the config describes a loop to run (a model and a harness), not just an allocation."""
-    return bool(config.model.path and config.rollout.harness_command)
 
 
 def run_loop(*, run: RunDir, config: Config, cluster: Cluster, nodes: Sequence[Node], table: list[dict[str, object]],
@@ -124,7 +125,7 @@ def run_loop(*, run: RunDir, config: Config, cluster: Cluster, nodes: Sequence[N
     node_of = {node.name: node for node in nodes}
     servers = [steps.replicas(cell=cell, nodes=[node_of[name] for name in names])
                for cell, names in enumerate(cell_nodes)]
-    harness = HarnessSettings(command=tuple(_harness_argv(config.rollout.harness_command, launch_dir)),
+    harness = HarnessSettings(command=tuple(harness_argv(config.rollout.harness_command, launch_dir)),
                               launch_dir=launch_dir, env={"OPENAI_API_KEY": token, "OPENAI_MODEL": served},
                               time_limit_s=config.rollout.execution_time_limit_s,
                               sandbox=harness_sandbox(config, run, launch_dir), keep_workdirs=config.rollout.keep_workdirs)
@@ -140,11 +141,13 @@ def run_loop(*, run: RunDir, config: Config, cluster: Cluster, nodes: Sequence[N
                             verifier=verifier, servers=servers,
                             replicas_of=lambda cell, placed: steps.replicas(cell=cell, nodes=placed),
                             weight_sync=HttpWeightSync(server_key=server_key),
-                            server_key=server_key, stopping=stopped, evals=eval_plan(config, launch_dir))
+                            server_key=server_key, stopping=stopped, evals=eval_plan(config, launch_dir),
+                            infra_failures=config.rollout.infra_failures)
     load = LoadPublisher(run, gateway, replica_of=rollouts.replica_of)
     tracking = TrackingPublisher(run, config)
+    retention = CheckpointRetention(run, keep=config.training.keep_checkpoints, rollouts=rollouts)
     actuator = Actuator(cluster=cluster, gateway=rollouts, clock=rollouts, steps=steps,
-                        trainers=RunDirTrainers(run), cell_nodes=cell_nodes)
+                        trainers=RunDirTrainers(run), cell_nodes=cell_nodes, checkpoints=retention)
     try:
         past = read_events(run.journal_file)
         with Journal(run.journal_file) as journal:
@@ -155,9 +158,11 @@ def run_loop(*, run: RunDir, config: Config, cluster: Cluster, nodes: Sequence[N
                 journal.append(resumed)
                 carried = carry_over(past, read_records(run.executions_file), completed_steps=state.version)
                 rollouts.take_over(carried, resume=sum(isinstance(e, Resumed) for e in past) + 1)
-            return run_coordinator(state=state, decide=POLICIES[config.scheduler.policy], actuator=actuator,
-                                   journal=NodeRoles(run, journal, table, cell_nodes),
-                                   now=rollouts.now, stop=lambda s: s.done or stopped())
+            state = run_coordinator(state=state, decide=POLICIES[config.scheduler.policy], actuator=actuator,
+                                    journal=NodeRoles(run, journal, table, cell_nodes),
+                                    now=rollouts.now, stop=lambda s: s.done or stopped())
+            retention.finish(state)  # the servers go with the head: what they served is not kept
+            return state
     finally:
         rollouts.close()
         tracking.close()
@@ -188,13 +193,3 @@ def _link_initial_weights(run: RunDir, config: Config, launch_dir: Path) -> None
     v0 = run.weights_dir(0)
     if not v0.exists():
         os.symlink((launch_dir / config.model.path).resolve(), v0)
-
-
-def _harness_argv(command: tuple[str, ...], launch_dir: Path) -> list[str]:
-    """The harness command as run: ``python`` is the interpreter gyrectl runs under (a login
-    node's ``python`` may be another one, without the harness's packages), and a relative script
-    path is taken from the launch directory."""
-    program, *args = command
-    if program in ("python", "python3"):
-        program = sys.executable
-    return [program] + [str(launch_dir / a) if a.endswith(".py") and not os.path.isabs(a) else a for a in args]

@@ -87,7 +87,7 @@ class HarnessSettings:
 
     def runner(self, run: RunDir) -> HarnessRunner:
         return HarnessRunner(command=self.command, cwd=self.launch_dir, env=self.env, time_limit_s=self.time_limit_s,
-                             logs_dir=run.logs_dir / "executions", workdirs=run.workdir, sandbox=self.sandbox,
+                             logs_dir=execution_logs(run), workdirs=run.workdir, sandbox=self.sandbox,
                              keep_workdirs=self.keep_workdirs)
 
     def to_json(self) -> dict[str, Any]:
@@ -153,10 +153,13 @@ class HarnessRunner:
         """Executions that ended since the last call; sends the time limit's signals on the way."""
         now, ended = time.time(), []
         for execution, run in list(self._running.items()):
-            code = run.process.poll()
-            if code is None:
+            if not _exited(run.process):
                 self._enforce_limit(run, now)
                 continue
+            # What the harness left behind (a tool server, a child that ignores SIGTERM) goes with
+            # it: its group is signalled while its exited leader still holds the group's id.
+            _signal(run.process, signal.SIGKILL)
+            code = run.process.wait()
             del self._running[execution]
             ended.append(HarnessExit(run.assignment, timed_out=run.kill_at is not None, exit_code=code,
                                      output=last_json_object(run.stdout_path), started_at=run.started_at,
@@ -183,13 +186,29 @@ class HarnessRunner:
 
 
 _HOST = socket.gethostname()
+OUTPUT_TAIL_BYTES = 8 << 20
+"""How much of the end of a harness's stdout is searched for its output: a harness that printed
+gigabytes costs the head no more memory than this."""
+
+
+def execution_logs(run: RunDir) -> Path:
+    """Where each execution's stdout and stderr are kept (``EXECUTION.out``, ``EXECUTION.err``),
+    written by the harness's node and read by the head."""
+    return run.logs_dir / "executions"
 
 
 def last_json_object(path: Path) -> dict[str, Any] | None:
+    """The last line of ``path`` that is a JSON object, within its last ``OUTPUT_TAIL_BYTES``."""
     try:
-        lines = path.read_bytes().splitlines()
+        with open(path, "rb") as out:
+            size = out.seek(0, os.SEEK_END)
+            out.seek(max(0, size - OUTPUT_TAIL_BYTES))
+            tail = out.read()
     except OSError:
         return None
+    lines = tail.splitlines()
+    if size > OUTPUT_TAIL_BYTES:
+        lines = lines[1:]  # cut at an arbitrary byte: the first line is a piece of one
     for line in reversed(lines):
         try:
             value = json.loads(line)
@@ -198,6 +217,29 @@ def last_json_object(path: Path) -> dict[str, Any] | None:
         if isinstance(value, dict):
             return value
     return None
+
+
+def text_excerpt(path: Path, *, head: int = 12, tail: int = 8, width: int = 300) -> str:
+    """The first ``head`` and last ``tail`` lines of a log (a Python traceback ends with the error),
+    indented, each cut at ``width`` characters; "" for an empty or missing file."""
+    try:
+        with open(path, "rb") as log:
+            text = log.read(1 << 20).decode(errors="replace")
+    except OSError:
+        return ""
+    lines = [line[:width] for line in text.splitlines() if line.strip()]
+    if len(lines) > head + tail:
+        lines = [*lines[:head], f"... ({len(lines) - head - tail} lines left out)", *lines[-tail:]]
+    return "\n".join("  " + line for line in lines)
+
+
+def _exited(process: subprocess.Popen[bytes]) -> bool:
+    """Whether the harness's leader exited, without reaping it (its pid, the group's id, stays
+    taken until ``wait``)."""
+    try:
+        return os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:  # reaped already
+        return True
 
 
 def _signal(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:

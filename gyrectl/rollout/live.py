@@ -15,8 +15,11 @@ cells' vLLM steps, and time is the wall clock.
     evaluations     ──> eval harnesses once a server serves due weights (gyrectl.rollout.evals):
                         scored into eval-executions.jsonl and evals.jsonl, never claimed
 
-An infrastructure failure (the verifier kept raising) counts as finished for scheduling, so the
-run goes on, but it is left out of the batch file: never trained, never a zero reward. An
+An infrastructure failure (no output, the verifier kept raising) counts as finished for
+scheduling, but it is left out of the batch file: never trained, never a zero reward. Too many of
+them end the run as failed (``rollout.infra_failures``, :mod:`gyrectl.rollout.failure_budget`),
+quoting the latest one's exit code and stderr: a harness that cannot start must not run a
+"completed" run that trained nothing. An
 execution whose harness node was lost is recorded as one too (``rerun``: the id it runs again
 under, same sequence number and weights) and is not finished: it runs again on another node.
 """
@@ -31,12 +34,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from gyrectl.config.schema import InfraFailureBudget
 from gyrectl.coordinator.events import EvalEnded, Event, Finished, Started, WeightsSynced
 from gyrectl.errors import RuntimeFailure
 from gyrectl.gateway.control import GatewayControl
 from gyrectl.cluster.base import Node
 from gyrectl.rollout.evals import EvalPlan, eval_version, summary
-from gyrectl.rollout.harnesses import Harnesses, HarnessExit
+from gyrectl.rollout.failure_budget import FailureTally
+from gyrectl.rollout.harnesses import Harnesses, HarnessExit, execution_logs, text_excerpt
 from gyrectl.rollout.http import ServerCallError, get
 from gyrectl.rollout.replicas import CellServer
 from gyrectl.rollout.resume import CarriedOver
@@ -63,7 +68,8 @@ class LiveRollouts:
                  verifier: Verifier, servers: Sequence[Sequence[CellServer]],
                  replicas_of: Callable[[int, Sequence[Node]], Sequence[CellServer]],
                  weight_sync: WeightSync, server_key: str = "", poll_s: float = 0.25,
-                 stopping: Callable[[], bool] = lambda: False, evals: EvalPlan | None = None):
+                 stopping: Callable[[], bool] = lambda: False, evals: EvalPlan | None = None,
+                 infra_failures: InfraFailureBudget = InfraFailureBudget()):
         """``servers``: each cell's replicas; ``replicas_of(cell, nodes)``: a cell's replicas on
         other nodes (after ``place``)."""
         self._run, self._gateway, self._harnesses = run, gateway, harnesses
@@ -78,12 +84,18 @@ class LiveRollouts:
         self._log = JsonlAppender(run.executions_file)
         self._outbox: list[Event] = []
         self._lock = threading.Lock()  # the outbox (and the evals due) are shared with weight-sync threads
-        self._sync_error: str | None = None
+        self._failure: str | None = None
+        """Why the run must stop (a weight sync failed, too many infrastructure failures): raised
+        on the coordinator's thread by the next poll, once this poll's events are journaled."""
+        self._tally = FailureTally(infra_failures)
         self._evals = evals
         self._evals_due: list[int] = []
         self._evals_seen: set[int] = set()
         self._eval_records: dict[int, list[dict[str, Any]]] = {}
         self._eval_log = JsonlAppender(run.eval_executions_file)
+        self._reloads: list[tuple[int, int]] = []
+        """``(cell, version)`` of each live reload under way, until a poll hands its ``WeightsSynced``
+        to the coordinator: checkpoint retention keeps those folders (:meth:`reloading`)."""
 
     def take_over(self, carried: CarriedOver, *, resume: int) -> None:
         """Continues a run another head started (``resume``: how many heads came before this
@@ -94,7 +106,7 @@ class LiveRollouts:
         # once a server serves it (the next step may be waiting for it: eval.blocking).
         self._evals_seen |= {line["weight_version"] for line in read_records(self._run.evals_file)
                              if isinstance(line.get("weight_version"), int)}
-        self._done = [_Done(r["seq"], r["execution"], r["weight_version"], r["status"] == "ok", r)
+        self._done = [_Done(r["seq"], r["execution"], r["weight_version"], r["status"] != "infra_failure", r)
                       for r in carried.finished]
         for seq, version in carried.running:
             again = assign(seq, self._tasks, executions_per_task=self._per_task)
@@ -147,9 +159,11 @@ class LiveRollouts:
         return None
 
     def sync_weights(self, cell: int, version: int) -> None:
+        with self._lock:
+            self._reloads.append((cell, version))
         threading.Thread(target=self._sync, args=(cell, version), name=f"sync-cell{cell}", daemon=True).start()
 
-    def claim(self, *, index: int, take: tuple[tuple[int, int, int], ...]) -> str:
+    def claim(self, *, index: int, take: tuple[tuple[int, int, int], ...]) -> int:
         chosen: list[_Done] = []
         for block, version, count in take:
             matching = [d for d in self._done if d.seq // self._batch == block and d.version == version]
@@ -166,7 +180,7 @@ class LiveRollouts:
             "left_out": [d.execution for d in chosen if not d.trainable]})
         for done in chosen:
             self._log.append({"execution": done.execution, "step": index})
-        return str(batch_file)
+        return sum(not d.trainable for d in chosen)
 
     def release(self, *, index: int) -> None:
         self._done = sorted(self._done + self._claimed.pop(index, []), key=lambda done: done.seq)
@@ -175,8 +189,8 @@ class LiveRollouts:
         self._servers[cell] = tuple(self._replicas_of(cell, nodes))
 
     def poll(self) -> list[Event]:
-        if self._sync_error is not None:
-            raise RuntimeFailure(self._sync_error)
+        if self._failure is not None:
+            raise RuntimeFailure(self._failure)
         # A harness that ends while the run is being stopped was most likely killed with it (Slurm
         # signals the whole job): it is left unfinished, so the next head runs it again instead of
         # recording an infrastructure failure that would never be trained.
@@ -193,7 +207,21 @@ class LiveRollouts:
             self._start_due_evals()
         with self._lock:
             events, self._outbox = self._outbox, []
+            for event in events:  # from here on the coordinator's state says the cell serves it
+                if isinstance(event, WeightsSynced):
+                    self._reloads.remove((event.cell, event.version))
         return events
+
+    # -- what checkpoint retention asks (gyrectl.launch.retention), on the coordinator's thread --
+    def reloading(self) -> set[int]:
+        """Weights versions a live reload is loading (or loaded, until the next poll reports it)."""
+        with self._lock:
+            return {version for _, version in self._reloads}
+
+    def evaluating(self) -> set[int]:
+        """Weights versions whose evaluation is due or running."""
+        with self._lock:
+            return set(self._evals_due) | set(self._eval_records)
 
     # -- Clock -----------------------------------------------------------------------------
     def now(self) -> float:
@@ -275,8 +303,20 @@ class LiveRollouts:
                   "weight_version": version, "started_at": ended.started_at, "ended_at": ended.ended_at,
                   "host": ended.host}
         self._log.append(record)
-        self._done.append(_Done(seq, ended.assignment.execution, version, scored.status == "ok", record))
-        self._emit(Finished(seq=seq, version=version, timed_out=ended.timed_out, at=ended.ended_at))
+        failed = scored.status == "infra_failure"
+        self._done.append(_Done(seq, ended.assignment.execution, version, not failed, record))
+        self._emit(Finished(seq=seq, version=version, timed_out=ended.timed_out, at=ended.ended_at,
+                            infra_failure=failed))
+        if (reason := self._tally.add(failed=failed)) and self._failure is None:
+            self._failure = f"{reason}. The latest: {self._failure_detail(ended, scored.error)}"
+
+    def _failure_detail(self, ended: HarnessExit, error: str) -> str:
+        """What a user needs to mend a harness: its exit code and what it said on stderr."""
+        execution = ended.assignment.execution
+        stderr = execution_logs(self._run) / f"{execution}.err"
+        said = text_excerpt(stderr)
+        return (f"{execution} on {ended.host or 'the head'}: {error} (exit code {ended.exit_code}); its stderr "
+                f"({stderr}) " + (f"says:\n{said}" if said else "is empty"))
 
     def _forget(self, execution: str) -> None:
         """An ended execution makes no more calls: the gateway drops its stickiness, version pin
@@ -291,9 +331,11 @@ class LiveRollouts:
             failures = [f for f in pool.map(lambda server: self._sync_replica(server, version), servers) if f]
         if failures:  # reported on the coordinator's thread by the next poll
             if self.ready(cell):
-                self._sync_error = f"weight sync of cell {cell} to v{version} failed: {'; '.join(failures)}"
+                self._failure = f"weight sync of cell {cell} to v{version} failed: {'; '.join(failures)}"
             # else a server died under the reload: the coordinator sees its step exit and starts
             # new servers with the latest weights, which makes this reload moot
+            with self._lock:
+                self._reloads.remove((cell, version))
             return
         self._emit(WeightsSynced(cell=cell, version=version, at=time.time()))
         self._serving(version)

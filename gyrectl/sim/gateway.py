@@ -38,8 +38,9 @@ class SimulatedGateway:
     def sync_weights(self, cell: int, version: int) -> None:
         self._world.sync_weights(cell, version)
 
-    def claim(self, *, index: int, take: tuple[tuple[int, int, int], ...]) -> str:
-        return self._world.claim(index=index, take=take)
+    def claim(self, *, index: int, take: tuple[tuple[int, int, int], ...]) -> int:
+        self._world.claim(index=index, take=take)
+        return 0  # a simulated execution always ends with a reward
 
     def release(self, *, index: int) -> None:
         self._world.release(index=index)

@@ -261,8 +261,8 @@ class SimulatedWorld:
         self.outbox.append(WeightsSynced(cell=cell, version=version, at=self.now))
         return True
 
-    def claim(self, *, index: int, take: tuple[tuple[int, int, int], ...]) -> str:
-        """Reserves the buffered executions of a training step; returns the batch's name."""
+    def claim(self, *, index: int, take: tuple[tuple[int, int, int], ...]) -> None:
+        """Reserves the buffered executions of a training step (its batch: ``batch_name(index)``)."""
         tokens, self._claimed[index] = 0, []
         for batch, version, count in take:
             pool = self._unclaimed[(batch, version)]
@@ -270,9 +270,7 @@ class SimulatedWorld:
             claimed, self._unclaimed[(batch, version)] = pool[:count], pool[count:]
             self._claimed[index].append(((batch, version), claimed))
             tokens += sum(self.produced_tokens[seq] for seq in claimed)
-        ref = batch_name(index)
-        self.batch_tokens[ref] = tokens
-        return ref
+        self.batch_tokens[batch_name(index)] = tokens
 
     def release(self, *, index: int) -> None:
         """Puts step ``index``'s claimed executions back, first in line for the next claim."""

@@ -21,6 +21,7 @@ from gyrectl.coordinator.journal import read_events
 from gyrectl.coordinator.events import PhaseChanged, WeightsSynced
 from gyrectl.coordinator.state import Phase
 from gyrectl.capture.store import read_store
+from gyrectl.run.rundir import RunDir
 
 pytestmark = [pytest.mark.loop, pytest.mark.vllm, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
@@ -130,3 +131,19 @@ def test_evaluations_ran_twice_on_held_out_tasks_and_were_never_trained(cli, fin
     trained = {e["execution"] for path in (finished_run / "batches").glob("step-*.json")
                for e in json.loads(path.read_text())["executions"]}
     assert trained and not any(execution.startswith("eval-") for execution in trained)
+
+
+def test_head_log_tells_each_step_and_how_the_run_ended(finished_run) -> None:
+    said = (finished_run / "logs" / "head.log").read_text()
+    assert all(f"step {index} ended: weights v{index + 1}" in said for index in range(STEPS)), said[-3000:]
+    assert "cell 1: train" in said and "head ended: completed" in said
+    assert "Traceback" not in said, said
+
+
+def test_old_weight_versions_went_as_the_run_went_on(finished_run, tiny_model_dir) -> None:
+    """``training.keep_checkpoints`` (3 by default): the run removed older versions once nothing
+    read them, each a line in the head's log, and kept the newest three and the user's model."""
+    versions = RunDir(finished_run).weight_versions()
+    assert versions[0] == 0 and versions[-3:] == [STEPS - 2, STEPS - 1, STEPS] and 1 not in versions, versions
+    assert (finished_run / "checkpoints" / "v0").resolve() == tiny_model_dir.resolve()
+    assert "removed weights v1 " in (finished_run / "logs" / "head.log").read_text()

@@ -163,7 +163,8 @@ def test_live_rollouts_run_a_lost_nodes_executions_again_under_new_ids(setup):
             assert time.monotonic() < deadline, "the lost executions were not run again"
             events += rollouts.poll()
             rollouts.wait()
-        batch = json.loads(Path(rollouts.claim(index=0, take=((0, 0, 4),))).read_text())
+        rollouts.claim(index=0, take=((0, 0, 4),))
+        batch = json.loads(run.batch_file(0).read_text())
     finally:
         rollouts.close()
         gateway.close()

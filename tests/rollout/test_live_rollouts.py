@@ -86,9 +86,9 @@ def test_live_rollouts_finish_score_and_claim(harness_file, tmp_path):
         assert [e.count for e in events if isinstance(e, Started)] == [6]
         assert sorted(e.seq for e in events if isinstance(e, Finished)) == list(range(6))
 
-        batch = Path(rollouts.claim(index=0, take=((0, 0, 6),)))
-        claimed = json.loads(batch.read_text())
-        assert batch == run.batch_file(0) and claimed["step"] == 0
+        assert rollouts.claim(index=0, take=((0, 0, 6),)) == 2  # left out: the two infra failures
+        claimed = json.loads(run.batch_file(0).read_text())
+        assert claimed["step"] == 0
         rewards = {e["execution"]: e["reward"] for e in claimed["executions"]}
         assert rewards == {"e000000": 1.0, "e000001": 1.0, "e000002": 0.0, "e000003": 0.0}
         assert claimed["left_out"] == ["e000004", "e000005"]  # crashed without output: infra failures
@@ -99,7 +99,8 @@ def test_live_rollouts_finish_score_and_claim(harness_file, tmp_path):
 
         # A step abandoned (a cell in it was lost) gives its executions back to be claimed again.
         rollouts.release(index=0)
-        again = json.loads(Path(rollouts.claim(index=0, take=((0, 0, 6),))).read_text())
+        rollouts.claim(index=0, take=((0, 0, 6),))
+        again = json.loads(run.batch_file(0).read_text())
         assert again["executions"] == claimed["executions"] and again["left_out"] == claimed["left_out"]
     finally:
         rollouts.close()
@@ -160,7 +161,8 @@ def test_evaluations_run_on_due_weights_are_recorded_apart_and_never_claimed(har
             rollouts.wait()
         rollouts.route(0, routed=True, weight_version=2)  # v2 served again: not evaluated twice
         rollouts.poll()
-        batch = json.loads(Path(rollouts.claim(index=0, take=((0, 2, 2),))).read_text())
+        rollouts.claim(index=0, take=((0, 2, 2),))
+        batch = json.loads(run.batch_file(0).read_text())
     finally:
         rollouts.close()
         gateway.close()
@@ -205,3 +207,27 @@ def test_a_resumed_head_does_not_evaluate_a_version_again(harness_file, tmp_path
     finally:
         rollouts.close()
         gateway.close()
+
+
+def test_a_resumed_head_trains_what_timed_out_and_leaves_out_what_failed(harness_file, tmp_path):
+    """A timed-out execution is scored and trained like any other, also when another head finished it."""
+    from gyrectl.rollout.resume import CarriedOver
+
+    run = RunDir.create(tmp_path / "runs", "r")
+    records = [{"execution": f"e00000{seq}", "seq": seq, "task": "t", "reward": reward, "status": status,
+                "weight_version": 0} for seq, (status, reward) in enumerate([("ok", 1.0), ("timed_out", 0.0),
+                                                                              ("infra_failure", None)])]
+    gateway = BackgroundGateway(GatewaySettings(token=run.token(), models=("tiny",)), sink=None)
+    rollouts = LiveRollouts(run=run, gateway=gateway, harnesses=_runner(harness_file, tmp_path),
+                            tasks=[{"id": "t", "answer": "1"}], executions_per_task=1, batch_executions=3,
+                            verifier=lambda task, output: 1.0, servers=[], replicas_of=lambda cell, nodes: (),
+                            weight_sync=None)  # type: ignore[arg-type]
+    try:
+        rollouts.take_over(CarriedOver(finished=records, running=[], next_seq=3), resume=1)
+        assert rollouts.claim(index=0, take=((0, 0, 3),)) == 1
+    finally:
+        rollouts.close()
+        gateway.close()
+    batch = json.loads(run.batch_file(0).read_text())
+    assert [e["execution"] for e in batch["executions"]] == ["e000000", "e000001"]
+    assert batch["left_out"] == ["e000002"]

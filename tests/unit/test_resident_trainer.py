@@ -117,7 +117,7 @@ class Steps(Cluster):
 
 class Gateway:
     def claim(self, *, index, take):
-        return f"batch-{index}"
+        return 0  # none of the batch left out
 
 
 def actuator(tmp_path: Path, steps: Steps, trainers: RecordingTrainers, *, resident: bool = True) -> Actuator:

@@ -27,10 +27,10 @@ EVENTS = (PhaseChanged(cell=0, phase=Phase.STARTING, at=T0, step_id="s0"),
           PhaseChanged(cell=0, phase=Phase.ROLLOUT, at=T0 + 30, step_id="s0", weight_version=0),
           PhaseChanged(cell=1, phase=Phase.ROLLOUT, at=T0 + 31, step_id="s1", weight_version=0),
           Dispatched(count=4, version=0, at=T0 + 31),
-          *(Finished(seq=i, version=0, timed_out=False, at=T0 + 40) for i in range(4)),
+          *(Finished(seq=i, version=0, timed_out=False, at=T0 + 40, infra_failure=i == 3) for i in range(4)),
           PhaseChanged(cell=1, phase=Phase.DRAINING, at=T0 + 50, step_id="s1"),
           PhaseChanged(cell=1, phase=Phase.TRAIN, at=T0 + 51),
-          TrainStarted(index=0, cells=(1,), take=((0, 0, 4),), at=T0 + 52, step_ids=("t0",)),
+          TrainStarted(index=0, cells=(1,), take=((0, 0, 4),), at=T0 + 52, step_ids=("t0",), left_out=1),
           TrainEnded(index=0, at=T0 + 60),
           PhaseChanged(cell=1, phase=Phase.RETURNING, at=T0 + 61, step_id="s2"),
           CellLost(cell=1, at=T0 + 62, nodes=("n1",)), CellPlaced(cell=1, nodes=("n2",), at=T0 + 70),
@@ -66,14 +66,15 @@ def test_status_json_keys_at_every_level(cli, tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     view = json.loads(result.stdout)
     assert list(view) == ["run_dir", "name", "job", "nodes", "note", "steps", "total_steps", "cells", "moves",
-                          "executions", "training", "servers", "servers_at", "damaged", "skipped", "records_read", "evals"]
+                          "executions", "training", "servers", "servers_at", "damaged", "skipped", "records_read",
+                          "evals", "disk_bytes"]
     assert list(view["job"]) == ["id", "backend", "state", "slurm_state", "reason", "components", "error"]
     assert [sorted(n) for n in view["nodes"]] == [sorted(NODE)] * 2
     assert [list(s) for s in view["steps"]] == [list(STEP)]
     assert [list(c) for c in view["cells"]] == [
         ["id", "nodes", "role", "phase", "since", "weight_version", "in_training_step", "engine"]] * 2
     assert [list(m) for m in view["moves"]] == [["cell", "from", "to", "at", "duration_s", "warm", "ready_s"]] * 3
-    assert list(view["executions"]) == ["dispatched", "in_flight", "finished", "trained"]
+    assert list(view["executions"]) == ["dispatched", "in_flight", "finished", "trained", "infra_failures"]
     assert list(view["training"]) == ["index", "cells", "executions", "started_at"]
     assert [sorted(s) for s in view["servers"]] == [sorted(SERVER)]
     assert [list(e) for e in view["evals"]] == [list(EVAL)]
@@ -97,9 +98,26 @@ def test_status_json_values_of_the_coordinator_rows(cli, tmp_path: Path) -> None
                              {"cell": 0, "from": "rollout", "to": "train", "at": T0 + 73, "duration_s": None,
                               "warm": False, "ready_s": None}]
     assert view["training"] == {"index": 1, "cells": [1], "executions": 0, "started_at": T0 + 72}
-    assert view["executions"] == {"dispatched": 4, "in_flight": 0, "finished": 4, "trained": 4}
+    # the infrastructure failure was taken by step 0 but left out of its batch: never trained
+    assert view["executions"] == {"dispatched": 4, "in_flight": 0, "finished": 4, "trained": 3, "infra_failures": 1}
     assert (view["steps"], view["servers"], view["servers_at"]) == ([STEP], [SERVER], T0 + 65)
     assert view["records_read"] == {"journal.jsonl": len(EVENTS) + 1, "metrics.jsonl": 1}
+
+
+def test_status_disk_bytes_counts_the_run_directory_not_the_model_behind_v0(cli, tmp_path: Path) -> None:
+    run = _full_run(tmp_path)
+    before = json.loads(cli("status", str(run.path), "--json").stdout)["disk_bytes"]
+    assert before == sum(p.stat().st_size for p in run.path.rglob("*") if p.is_file())
+    model = tmp_path / "my-model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"\0" * 50_000)
+    run.weights_dir(0).symlink_to(model)  # as the head links it: the user's model, not the run's
+    run.weights_dir(1).mkdir()
+    (run.weights_dir(1) / "model.safetensors").write_bytes(b"\1" * 1_234_000)
+    view = json.loads(cli("status", str(run.path), "--json").stdout)
+    assert view["disk_bytes"] == before + 1_234_000
+    text = cli("status", str(run.path))
+    assert text.returncode == 0 and f"({(before + 1_234_000) / 1e6:.1f} MB on disk)" in " ".join(text.stdout.split())
 
 
 def test_status_json_before_any_coordinator_event(cli, tmp_path: Path) -> None:

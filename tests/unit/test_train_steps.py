@@ -41,7 +41,7 @@ class RecordingCluster(Cluster):
 
 class Gateway:
     def claim(self, *, index, take):
-        return f"batch-{index}"
+        return 0  # none of the batch left out
 
 
 def _flag(spec: StepSpec, name: str) -> str:
