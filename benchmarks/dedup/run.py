@@ -106,8 +106,9 @@ def bench_train_step(quick: bool, model_dir: Path | None) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from gyrectl.dedup.forward import packed_loss
     from gyrectl.model.tiny import build_tiny_model
+    from gyrectl.train.forward import packed_loss
+    from gyrectl.train.packed import packed_tensors
 
     torch.set_num_threads(1)
     if model_dir is None:
@@ -122,7 +123,7 @@ def bench_train_step(quick: bool, model_dir: Path | None) -> dict:
         index = PrefixIndex()
         trees.append(build_tree(e[0].meta.execution, [
             StoredCall(index.add(c.tokens), len(c.prompt), c.logprobs, c.meta) for c in e]))
-    batches = [b.tensors() for b in pack(exact_dedup(trees), budget=4096)]
+    batches = [packed_tensors(b) for b in pack(exact_dedup(trees), budget=4096)]
     calls = [c for e in executions for c in e]
     naive_tokens = sum(len(c.tokens) for c in calls)
     num_completion = sum(len(c.completion) for c in calls)

@@ -4,7 +4,8 @@ A micro-batch is one packed sequence: trees (or pieces of trees) back to back, e
 its position id (depth on its own path), the index of its parent (whose logits predict it) and
 the end of its subtree range -- the whole attention mask, since with DFS order a token sees
 exactly the keys ``kv <= q < subtree_end[kv]`` (its ancestors and itself). Nothing O(L^2) is
-stored; :mod:`gyrectl.dedup.mask` builds the mask the attention kernel wants from the ranges.
+stored; the trainer builds the mask the attention kernel wants from the ranges
+(``train/mask.py``) and the tensors from the arrays (``train/packed.py``).
 
 A tree larger than the budget is split along branches with prefix recomputation: a piece is a
 contiguous DFS range ending at a leaf, preceded by the ancestors of its first token. Those
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 
@@ -26,6 +26,9 @@ from gyrectl.dedup.weighted import WeightedTree
 
 @dataclass(frozen=True)
 class PackedMicroBatch:
+    """One packed sequence as plain per-token arrays (the trainer's ``packed_tensors`` in
+    ``train/packed.py`` turns them into the tensors of a forward pass)."""
+
     input_ids: np.ndarray
     """int64 [L] token ids."""
     position_ids: np.ndarray
@@ -49,13 +52,6 @@ class PackedMicroBatch:
     @property
     def num_tokens(self) -> int:
         return len(self.input_ids)
-
-    def tensors(self, device: Any = "cpu") -> dict[str, Any]:
-        import torch
-
-        return {name: torch.from_numpy(getattr(self, name)).to(device)
-                for name in ("input_ids", "position_ids", "parent_index", "subtree_end", "loss_weight",
-                             "behaviour_logprob", "weight_version", "execution_index")}
 
 
 def split_to_budget(tree: WeightedTree, budget: int) -> list[WeightedTree]:

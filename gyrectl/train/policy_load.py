@@ -40,7 +40,7 @@ def empty_policy(*, run: RunDir, version: int, device: torch.device) -> torch.nn
 def attention_for(device: torch.device) -> str:
     """FlexAttention on a GPU (the tree mask is a block-sparse ``BlockMask``: O((T/128)^2), not
     T^2); sdpa with the dense mask on CPU, where FlexAttention has no backward. The mask follows
-    the model's choice (:func:`gyrectl.dedup.mask.tree_mask_for`)."""
+    the model's choice (:func:`gyrectl.train.mask.tree_mask_for`)."""
     return "flex_attention" if device.type == "cuda" else "sdpa"
 
 

@@ -36,7 +36,6 @@ import torch
 
 from gyrectl.config import load_config
 from gyrectl.config.schema import Config, TrainingConfig
-from gyrectl.dedup.forward import target_logprobs
 from gyrectl.dedup.packing import PackedMicroBatch
 from gyrectl.errors import UserError
 from gyrectl.run.rundir import RunDir
@@ -44,8 +43,10 @@ from gyrectl.store.jsonl import JsonlAppender, read_records
 from gyrectl.train import checkpoint
 from gyrectl.train.batch import StepBatch, build_step_batch, read_batch_file
 from gyrectl.train.distributed import World, barrier, close_world, init_world, max_over_ranks, sum_over_ranks
+from gyrectl.train.forward import target_logprobs
 from gyrectl.train.grpo import LossStats, PolicyLoss, policy_loss, token_advantages
 from gyrectl.train.memory import GB, MemoryMeter
+from gyrectl.train.packed import packed_tensors
 from gyrectl.train.policy_export import export_policy
 from gyrectl.train.policy_load import empty_policy, load_policy
 
@@ -204,7 +205,7 @@ def forward_backward(*, model: torch.nn.Module, batch: StepBatch, world: World,
 def micro_batch_loss(*, model: torch.nn.Module, micro: PackedMicroBatch, advantages: dict[str, float],
                      training: TrainingConfig, device: torch.device) -> PolicyLoss:
     """The GRPO loss of one packed micro-batch (its share of the step's loss)."""
-    tensors = micro.tensors(device)
+    tensors = packed_tensors(micro, device)
     targets = torch.nonzero(tensors["loss_weight"] != 0).flatten()
     advantage = token_advantages(execution_index=tensors["execution_index"], executions=micro.executions,
                                  advantages=advantages)

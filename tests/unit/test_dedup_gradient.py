@@ -11,9 +11,10 @@ import torch
 from gyrectl.capture.stored import stored_calls
 from gyrectl.capture.tree import build_tree
 from gyrectl.dedup.exact import exact_dedup
-from gyrectl.dedup.forward import packed_loss
 from gyrectl.dedup.packing import pack
 from gyrectl.dedup.paths import paths_dedup, sample_paths, union_of_paths
+from gyrectl.train.forward import packed_loss
+from gyrectl.train.packed import packed_tensors
 from agent_shapes import all_patterns
 from naive_paths import path_nll, root_to_leaf_paths, trainable_positions
 
@@ -34,7 +35,7 @@ def gradient(model, loss_fn) -> torch.Tensor:
 
 def packed(model, weighted, budget):
     batches = pack(weighted, budget=budget)
-    return sum(packed_loss(model, b.tensors()) for b in batches), batches
+    return sum(packed_loss(model, packed_tensors(b)) for b in batches), batches
 
 
 def naive_loss(model, normalisation):

@@ -10,9 +10,10 @@ import torch
 from gyrectl.capture.stored import stored_calls
 from gyrectl.capture.tree import build_tree
 from gyrectl.dedup.exact import exact_dedup
-from gyrectl.dedup.forward import target_logprobs
-from gyrectl.dedup.mask import dense_tree_mask
 from gyrectl.dedup.packing import pack, split_to_budget
+from gyrectl.train.forward import target_logprobs
+from gyrectl.train.mask import dense_tree_mask
+from gyrectl.train.packed import packed_tensors
 from agent_shapes import all_patterns
 
 
@@ -44,7 +45,7 @@ def test_packed_logprobs_equal_per_path_logprobs(tiny_model, implementation):
         batch = pack(weighted_trees(), budget=120)[2]
         targets = torch.nonzero(torch.from_numpy(batch.parent_index) >= 0).flatten()
         with torch.no_grad():
-            packed = target_logprobs(tiny_model, batch.tensors(), targets)
+            packed = target_logprobs(tiny_model, packed_tensors(batch), targets)
             # Includes the first token of every branch (its parent is not at i-1).
             branch_firsts = [int(i) for i in targets if batch.parent_index[i] != i - 1]
             assert branch_firsts
@@ -84,7 +85,7 @@ def test_a_path_longer_than_the_budget_gets_its_own_flagged_micro_batch():
 
 @pytest.mark.slow
 def test_flex_block_mask_forward_matches_sdpa(tiny_model):
-    batch = pack(weighted_trees(), budget=200)[0].tensors()
+    batch = packed_tensors(pack(weighted_trees(), budget=200)[0])
     with torch.no_grad():
         reference = target_logprobs(tiny_model, batch)
         tiny_model.config._attn_implementation = "flex_attention"
@@ -98,7 +99,7 @@ def test_flex_block_mask_forward_matches_sdpa(tiny_model):
 def test_block_mask_from_ranges_equals_the_token_mask():
     from torch.nn.attention.flex_attention import create_block_mask
 
-    from gyrectl.dedup.mask import flex_tree_mask
+    from gyrectl.train.mask import flex_tree_mask
 
     batch = pack(weighted_trees(), budget=10_000)[0]
     subtree_end = torch.from_numpy(batch.subtree_end)

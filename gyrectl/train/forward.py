@@ -14,12 +14,13 @@ from typing import Any
 
 import torch
 
-from gyrectl.dedup.mask import tree_mask_for
+from gyrectl.train.mask import tree_mask_for
 
 
 def target_logprobs(model: Any, batch: dict[str, torch.Tensor], targets: torch.Tensor | None = None) -> torch.Tensor:
     """Log-probability of each token in ``targets`` (packed indices; default: every token with a
-    non-zero loss weight) given its ancestors. ``batch`` is ``PackedMicroBatch.tensors()``."""
+    non-zero loss weight) given its ancestors. ``batch`` is
+    :func:`gyrectl.train.packed.packed_tensors` of a micro-batch."""
     if targets is None:
         targets = torch.nonzero(batch["loss_weight"] != 0).flatten()
     assert bool((batch["parent_index"][targets] >= 0).all()), "a root token has nothing to predict it"
