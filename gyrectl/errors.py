@@ -8,6 +8,7 @@ Library code raises these; the CLI turns them into a readable message and an exi
   died). Shown with a readable message.
 
 Anything else is a bug: exit 1 with a short message; ``GYRECTL_TRACEBACK=1`` shows the traceback.
+May import: nothing of gyrectl.
 """
 
 from __future__ import annotations

@@ -1,2 +1,2 @@
 """The thin Typer shell: one module per command group, one renderer (``render``).
-May import: any package below it (it is the top)."""
+May import: any package (it is the top)."""

@@ -13,8 +13,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from gyrectl.cli.render import err, out
 from gyrectl.cli.status_cmd import render
 from gyrectl.errors import RuntimeFailure
-from gyrectl.launch.status import RunView, run_view
 from gyrectl.run.rundir import RunDir
+from gyrectl.status.view import RunView, run_view
 
 
 def wait_for_end(run: RunDir, *, interval: float = 1.0, quiet: bool = False) -> None:

@@ -19,9 +19,9 @@ from gyrectl.cluster.backend import backend_named
 from gyrectl.coordinator.journal import read_events
 from gyrectl.coordinator.state import initial_state, limits_from_config
 from gyrectl.errors import RuntimeFailure, UserError
-from gyrectl.launch.status import RunView, finished_evals, run_view
 from gyrectl.run.files import run_config
 from gyrectl.run.rundir import RunDir
+from gyrectl.status.view import RunView, finished_evals, run_view
 from gyrectl.store.jsonl import scan_jsonl
 
 WatchOpt = Annotated[bool, typer.Option("--watch", "-w", help="Refresh until the run ends (live view on a terminal).")]

@@ -82,7 +82,7 @@ def _remove_ended_run(run: RunDir) -> None:
 def _ended_job(run: RunDir, *, retry: str) -> JobView:
     """The run's job, refused while it is pending or running (a second head would share its run
     directory), or when a damaged ``job.json`` hides whether it is; ``retry`` says what to do after."""
-    from gyrectl.launch.status import job_view
+    from gyrectl.status.view import job_view
 
     try:
         job = job_view(run)

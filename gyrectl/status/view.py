@@ -5,7 +5,7 @@ Job states are folded into four words scripts can rely on — ``pending``, ``run
 Slurm's own word kept beside them (``slurm_state``) and, for an ended run, how it ended
 (``reason``: the head's own record when it had the chance to write one).
 
-The view is typed records (:mod:`gyrectl.launch.status_rows`, :mod:`gyrectl.coordinator.views`);
+The view is typed records (:mod:`gyrectl.status.rows`, :mod:`gyrectl.coordinator.views`);
 their ``to_json`` is the ``status --json`` contract.
 
 A damaged file of the run directory (:mod:`gyrectl.run.files`) does not hide the others:
@@ -28,9 +28,9 @@ from gyrectl.coordinator.journal import read_journal, replay
 from gyrectl.coordinator.state import limits_from_config
 from gyrectl.coordinator.views import (CellRow, ExecutionCounts, Move, TrainingRow, cell_rows, execution_counts, moves,
                                        placed_cells, training_row)
-from gyrectl.launch.status_rows import EvalRow, NodeRow, ServerRow, StepRow
 from gyrectl.run.files import EVAL_SUMMARY, STEP_METRICS, check_fields, read_nodes, read_servers, run_config
 from gyrectl.run.rundir import DamagedRunFile, RunDir
+from gyrectl.status.rows import EvalRow, NodeRow, ServerRow, StepRow
 from gyrectl.store.damage import Skipped
 from gyrectl.store.jsonl import JsonlContents, scan_jsonl
 
