@@ -24,7 +24,7 @@ SHAPES = {"32 nodes (8 cells x 32 GPUs)": "configs/sim-32nodes.yaml",
 SENSITIVITY = {
     "default (movable, completion batches, s=1, slots = batch)": [],
     "executions pinned to their server": ["simulator.executions_movable=false"],
-    "batch = dispatch-order block (exact staleness bound)": ["simulator.batch_order=dispatch"],
+    "batch = dispatch-order block (exact staleness bound)": ["scheduler.batch_order=dispatch"],
     "max_staleness 0": ["scheduler.max_staleness=0"],
     "max_staleness 2": ["scheduler.max_staleness=2"],
     "slots = 2 x batch (batch 128)": ["training.batch_executions=128"],

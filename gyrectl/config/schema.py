@@ -256,6 +256,12 @@ class SchedulerConfig:
     """Whether a cell freed while a training step runs joins that step (``elastic``). Only
     ``gyrectl simulate`` models it so far: on real backends a step's torchrun rendezvous is fixed
     when it starts, and a freed cell waits in the training pool for the next step."""
+    batch_order: Literal["completion", "dispatch"] = "completion"
+    """What a training step's batch is. ``completion``: the next ``training.batch_executions`` to
+    finish, oldest weights first, so a step never waits for the slowest execution; ``dispatch``:
+    step k trains the k-th block of ``training.batch_executions`` in dispatch order, once all of it
+    has finished (staleness exactly bounded by ``max_staleness``, but each step waits for its tail).
+    (Was ``simulator.batch_order``.)"""
 
 
 @dataclass(frozen=True)
@@ -322,10 +328,6 @@ class SimulatorConfig:
     executions_movable: bool = True
     """Whether the gateway may move an in-flight execution to another server between calls. If false,
     a draining cell keeps serving its executions until the last one finishes."""
-    batch_order: Literal["completion", "dispatch"] = "completion"
-    """``completion``: a batch is the next batch_executions to finish, so a training step never waits for
-    the slowest execution; ``dispatch``: batch k is the k-th block of batch_executions in dispatch
-    order (staleness exactly bounded by scheduler.max_staleness, but each step waits for its tail)."""
     workload_size: int = 0
     """Executions to simulate (0 = run.steps x training.batch_executions)."""
 

@@ -1,5 +1,5 @@
 """Carries policy actions out and turns what happens into events: the only place the coordinator
-touches the ``Cluster`` and the gateway. It keeps no state of its own (step ids live in the
+touches the ``Cluster`` and the rollout side (executions, cell servers, batches). It keeps no state of its own (step ids live in the
 coordinator state), so a restarted coordinator gets an equivalent actuator for free.
 
 It also answers the faults a cluster throws, without the policy's help, in three parts: it reads
@@ -18,7 +18,7 @@ from gyrectl.coordinator.events import (CellLost, CellPlaced, Dispatched, Event,
                                         SyncStarted, TrainEnded, TrainerReleased, TrainExtended, TrainRetried,
                                         TrainStarted)
 from gyrectl.coordinator.observation import read_world
-from gyrectl.coordinator.ports import Checkpoints, Clock, ResidentTrainers, RolloutGateway, StepBuilder
+from gyrectl.coordinator.ports import Batches, CellServers, Checkpoints, Clock, Executions, ResidentTrainers, StepBuilder
 from gyrectl.coordinator.recovery import (EndTraining, ForgetServer, GiveUp, LoseCell, PlaceCell, Recovery,
                                           ReleaseTrainer, RestartServer, RetryTraining, RouteServer, SleepDrained,
                                           StopDrained, recover)
@@ -37,19 +37,20 @@ def group_cells(workers: Sequence[str], nodes_per_cell: int) -> list[tuple[str, 
 
 
 class Actuator:
-    def __init__(self, *, cluster: Cluster, gateway: RolloutGateway, clock: Clock, steps: StepBuilder,
-                 trainers: ResidentTrainers, cell_nodes: Sequence[tuple[str, ...]],
+    def __init__(self, *, cluster: Cluster, executions: Executions, servers: CellServers, batches: Batches,
+                 clock: Clock, steps: StepBuilder, trainers: ResidentTrainers, cell_nodes: Sequence[tuple[str, ...]],
                  checkpoints: Checkpoints | None = None):
         """``checkpoints``: who removes old weights versions (None: nothing is removed)."""
         self.cell_nodes = list(cell_nodes)
-        self._cluster, self._gateway, self._clock, self._steps = cluster, gateway, clock, steps
+        self._cluster, self._clock, self._steps = cluster, clock, steps
+        self._executions, self._servers, self._batches = executions, servers, batches
         self._trainers, self._checkpoints = trainers, checkpoints
 
     def act(self, action: Action, state: CoordinatorState) -> list[Event]:
         now = self._clock.now()
         match action:
             case Dispatch(count=count, version=version):
-                self._gateway.dispatch(count=count, version=version)
+                self._executions.dispatch(count=count, version=version)
                 return [Dispatched(count=count, version=version, at=now)]
             case StartServer(cell=cell):
                 return [self._start_server(cell, Phase.STARTING, state.version, now)]
@@ -62,18 +63,18 @@ class Actuator:
                 return [PhaseChanged(cell=cell, phase=Phase.TRAIN, at=now)]
             case MoveCell(cell=cell, to=Phase.TRAIN):
                 assert state.cells[cell].phase is Phase.ROLLOUT, f"cell {cell} is not serving"
-                self._gateway.route(cell, routed=False)
+                self._servers.route(cell, routed=False)
                 return [PhaseChanged(cell=cell, phase=Phase.DRAINING, at=now, step_id=state.cells[cell].step_id,
                                      weight_version=state.cells[cell].weight_version)]
             case StartTrain(index=index, cells=cells, take=take):
-                left_out = self._gateway.claim(index=index, take=take)
+                left_out = self._batches.claim(index=index, take=take)
                 return self._start_training(state, index, cells, take, now, left_out=left_out)
             case ExtendTrain(cell=cell):
                 assert state.train is not None
                 member = self._start_member(cell, state.train.index, members=state.train.cells + (cell,))
                 return [TrainExtended(cell=cell, at=now, step_id=member)]
             case SyncWeights(cell=cell, version=version):
-                self._gateway.sync_weights(cell, version)
+                self._servers.sync_weights(cell, version)
                 return [SyncStarted(cell=cell, version=version, at=now)]
         raise AssertionError(f"unhandled action {action!r}")
 
@@ -83,26 +84,26 @@ class Actuator:
         if self._checkpoints is not None:
             self._checkpoints.retain(state)
         self._clock.wait()
-        return self._gateway.poll() + self.observe(state)
+        return self._executions.poll() + self.observe(state)
 
     def observe(self, state: CoordinatorState) -> list[Event]:
         """Reads the world, decides how to answer it (:mod:`gyrectl.coordinator.recovery`), and
         carries that out, in order."""
         now = self._clock.now()
-        seen = read_world(state, cluster=self._cluster, gateway=self._gateway, trainers=self._trainers)
+        seen = read_world(state, cluster=self._cluster, servers=self._servers, trainers=self._trainers)
         return [event for recovery in recover(state, seen) for event in self._recover(recovery, now)]
 
     def _recover(self, recovery: Recovery, now: float) -> list[Event]:
         match recovery:
             case LoseCell(cell=cell, stop=stop, release=index):
-                self._gateway.route(cell, routed=False)
+                self._servers.route(cell, routed=False)
                 self._stop(stop)
                 if index is not None:
-                    self._gateway.release(index=index)
+                    self._batches.release(index=index)
                 return [CellLost(cell=cell, at=now, nodes=self.cell_nodes[cell])]
             case PlaceCell(cell=cell, nodes=nodes):
                 self.cell_nodes[cell] = tuple(node.name for node in nodes)
-                self._gateway.place(cell, nodes)
+                self._servers.place(cell, nodes)
                 return [CellPlaced(cell=cell, nodes=self.cell_nodes[cell], at=now)]
             case StopDrained(cell=cell, step_id=step_id):
                 self._cluster.stop_step(step_id, grace_s=0.0)
@@ -111,7 +112,7 @@ class Actuator:
                 return [PhaseChanged(cell=cell, phase=Phase.TRAIN, at=self._clock.now())]  # stamped after it took
             case SleepDrained(cell=cell, step_id=step_id, level=level, weight_version=version):
                 try:
-                    self._gateway.sleep(cell, level=level)
+                    self._servers.sleep(cell, level=level)
                 except RuntimeFailure:  # it does not answer: stop it, the return will cold-start
                     return self._recover(StopDrained(cell=cell, step_id=step_id), now)
                 return [PhaseChanged(cell=cell, phase=Phase.TRAIN, at=self._clock.now(), weight_version=version,
@@ -119,10 +120,10 @@ class Actuator:
             case ForgetServer(cell=cell, step_id=step_id, exit_code=exit_code):
                 return [StepFailed(cell=cell, step_id=step_id, role="rollout", exit_code=exit_code, at=now)]
             case RouteServer(cell=cell, step_id=step_id, weight_version=version):
-                self._gateway.route(cell, routed=True, weight_version=version)
+                self._servers.route(cell, routed=True, weight_version=version)
                 return [PhaseChanged(cell=cell, phase=Phase.ROLLOUT, at=now, step_id=step_id, weight_version=version)]
             case RestartServer(cell=cell, step_id=step_id, exit_code=exit_code, version=version):
-                self._gateway.route(cell, routed=False)
+                self._servers.route(cell, routed=False)
                 failed = StepFailed(cell=cell, step_id=step_id, role="rollout", exit_code=exit_code, at=now)
                 return [failed, self._start_server(cell, Phase.STARTING, version, now)]
             case RetryTraining():
@@ -172,7 +173,7 @@ class Actuator:
         after level 2, which discarded them); one that does not wake is replaced by a cold start."""
         asleep = state.cells[cell]
         try:
-            self._gateway.wake(cell)
+            self._servers.wake(cell)
         except RuntimeFailure:
             self._stop([asleep.sleeping_server])
             failed = StepFailed(cell=cell, step_id=asleep.sleeping_server, role="rollout", exit_code=None, at=now)
@@ -181,7 +182,7 @@ class Actuator:
                             weight_version=asleep.weight_version, warm=True)
         if asleep.weight_version == state.version and state.limits.sleep_level < 2:
             return [woke]
-        self._gateway.sync_weights(cell, state.version)
+        self._servers.sync_weights(cell, state.version)
         return [woke, SyncStarted(cell=cell, version=state.version, at=now)]
 
     def _start_server(self, cell: int, phase: Phase, version: int, now: float) -> PhaseChanged:

@@ -7,7 +7,7 @@
                  ▼
                Actuator ──Cluster──> rollout server steps (one per rollout cell)
                  │      └─Cluster──> training member steps (one per train cell, one rendezvous)
-                 │      └─gateway──> dispatch executions / drain a cell / sync weights / claim a batch
+                 │      └─ports────> dispatch executions / route, drain, sync a cell / claim a batch
                  ▼
                events:  Dispatched -> Started -> Finished ──> buffer ──> TrainStarted (dedup, step)
                         PhaseChanged: idle -> starting -> rollout -> draining -> train -> returning -> rollout

@@ -1,4 +1,4 @@
-"""What the coordinator reads from the cluster and the gateway each round, before it decides how to
+"""What the coordinator reads from the cluster and the cell servers each round, before it decides how to
 answer faults (:mod:`gyrectl.coordinator.recovery`): one frozen record, read without starting,
 stopping or routing anything.
 
@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gyrectl.cluster.base import Cluster, Node, StepState, StepStatus
-from gyrectl.coordinator.ports import ResidentTrainers, RolloutGateway
+from gyrectl.coordinator.ports import CellServers, ResidentTrainers
 from gyrectl.coordinator.state import CoordinatorState, Phase
 
 MOVING = (Phase.STARTING, Phase.RETURNING, Phase.DRAINING)
@@ -49,7 +49,7 @@ class Observation:
     so a member that exited once it committed does not fail the step)."""
 
 
-def read_world(state: CoordinatorState, *, cluster: Cluster, gateway: RolloutGateway,
+def read_world(state: CoordinatorState, *, cluster: Cluster, servers: CellServers,
                trainers: ResidentTrainers) -> Observation:
     lost = frozenset(cluster.lost_cells())
     if lost - {cell.id for cell in state.cells.by_phase[Phase.LOST]}:
@@ -63,10 +63,10 @@ def read_world(state: CoordinatorState, *, cluster: Cluster, gateway: RolloutGat
     ready: set[int] = set()
     for cell in state.cells.select(MOVING):
         if cell.phase is Phase.DRAINING:
-            sessions[cell.id] = gateway.sessions(cell.id)
+            sessions[cell.id] = servers.sessions(cell.id)
             continue
         steps[cell.step_id] = status = cluster.step_status(cell.step_id)
-        if status.state is StepState.RUNNING and gateway.ready(cell.id):
+        if status.state is StepState.RUNNING and servers.ready(cell.id):
             ready.add(cell.id)
     steps.update(cluster.ended_among(state.cells.server_steps))
     training = _training(state, cluster)

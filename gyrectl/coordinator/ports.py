@@ -1,7 +1,8 @@
-"""The coordinator's narrow views of the world besides the ``Cluster``: the gateway that owns
-executions and routing, the clock it waits on, and the builder of the steps it starts. Real ones
-talk HTTP and sleep; the simulated ones (:mod:`gyrectl.sim.gateway`) share a virtual clock with
-the simulated cluster. The step builder (:mod:`gyrectl.launch.steps`) knows the engines' command
+"""The coordinator's narrow views of the world besides the ``Cluster``: the executions it
+dispatches and hears end, the cell servers it routes, sleeps, wakes and syncs, the batches
+training steps claim, the clock it waits on, and the builder of the steps it starts. Real ones
+(:mod:`gyrectl.rollout`) run processes, talk HTTP and sleep; the simulated ones (:mod:`gyrectl.sim`)
+share a virtual clock with the simulated cluster. The step builder (:mod:`gyrectl.launch.steps`) knows the engines' command
 lines; the coordinator only asks it for ``StepSpec``s. Resident trainer groups are asked for steps
 through the run directory (:mod:`gyrectl.launch.trainers`) or the simulated world. Old weights
 versions are removed by the head's checkpoint retention (:mod:`gyrectl.launch.retention`)."""
@@ -17,13 +18,25 @@ from gyrectl.coordinator.state import CoordinatorState
 
 
 def batch_name(index: int) -> str:
-    """The name of training step ``index``'s batch (what ``RolloutGateway.claim`` reserves)."""
+    """The name of training step ``index``'s batch (what ``Batches.claim`` reserves)."""
     return f"batch-{index}"
 
 
-class RolloutGateway(Protocol):
+class Executions(Protocol):
+    """The agent executions: started on the routed servers, reported as they end."""
+
     def dispatch(self, *, count: int, version: int) -> None:
         """Starts ``count`` new executions (the next sequence numbers) on routed servers."""
+
+    def poll(self) -> list[Event]:
+        """What happened since the last poll, in the order it happened: ``Started``, ``Finished``,
+        ``EvalEnded``, and the cell servers' ``WeightsSynced`` (their reloads end off the
+        coordinator's thread and report through the same feed). Raises ``RuntimeFailure`` once the
+        run must stop (a reload failed, too many infrastructure failures)."""
+
+
+class CellServers(Protocol):
+    """Each cell's rollout server replicas, as the gateway routes to them."""
 
     def ready(self, cell: int) -> bool:
         """Whether the cell's started server answers (its engine has loaded the weights)."""
@@ -46,6 +59,13 @@ class RolloutGateway(Protocol):
     def sync_weights(self, cell: int, version: int) -> None:
         """Makes the cell's server load weights ``version``; reported by ``WeightsSynced``."""
 
+    def place(self, cell: int, nodes: Sequence[Node]) -> None:
+        """The cell's servers now run on ``nodes`` (a lost cell placed on new nodes)."""
+
+
+class Batches(Protocol):
+    """The finished executions waiting to be trained, as training steps take them."""
+
     def claim(self, *, index: int, take: tuple[tuple[int, int, int], ...]) -> int:
         """Reserves the finished executions ``take`` for training step ``index``; returns how many
         of them the batch leaves out (infrastructure failures: never trained)."""
@@ -53,12 +73,6 @@ class RolloutGateway(Protocol):
     def release(self, *, index: int) -> None:
         """Gives back what ``claim`` reserved for step ``index`` (the step was abandoned when a
         cell in it was lost); the step's next claim may take the same executions again."""
-
-    def place(self, cell: int, nodes: Sequence[Node]) -> None:
-        """The cell's servers now run on ``nodes`` (a lost cell placed on new nodes)."""
-
-    def poll(self) -> list[Event]:
-        """``Started``, ``Finished`` and ``WeightsSynced`` events since the last poll."""
 
 
 class StepBuilder(Protocol):

@@ -126,7 +126,7 @@ class Limits:
     total_executions: int = 0
     """Executions the run trains in all (0 = no end; the last batch may be smaller)."""
     batch_order: Literal["completion", "dispatch"] = "completion"
-    """How a batch is formed; see ``simulator.batch_order`` in the config docs."""
+    """How a batch is formed (``scheduler.batch_order``)."""
     grow_running_step: bool = False
     """Cells freed during a training step join it (see ``scheduler.grow_running_step``)."""
     sleep_level: int = 0
@@ -239,13 +239,14 @@ def initial_state(limits: Limits) -> CoordinatorState:
 
 
 def limits_from_config(config: Config) -> Limits:
-    """The run's limits: it trains ``run.steps`` batches (or ``simulator.workload_size`` executions)."""
-    total = config.simulator.workload_size or config.run.steps * config.training.batch_executions
+    """The run's limits: it trains ``run.steps`` batches (the simulator sets its own length:
+    :func:`gyrectl.sim.run.simulated_limits`)."""
+    total = config.run.steps * config.training.batch_executions
     return Limits(num_cells=config.num_cells, slots_per_cell=config.rollout.concurrency_per_server,
                   batch_executions=config.training.batch_executions, max_staleness=config.scheduler.max_staleness,
                   min_rollout_cells=config.scheduler.min_rollout_cells,
                   async_train_cells=config.scheduler.async_train_cells, total_executions=total,
-                  batch_order=config.simulator.batch_order, grow_running_step=config.scheduler.grow_running_step,
+                  batch_order=config.scheduler.batch_order, grow_running_step=config.scheduler.grow_running_step,
                   sleep_level=config.rollout.sleep_level,
                   resident_trainer=config.training.resident and not config.scheduler.grow_running_step,
                   eval_blocks_every=config.eval.every_steps if config.eval.blocking else 0)

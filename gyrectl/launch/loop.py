@@ -43,7 +43,7 @@ from gyrectl.launch.trainers import RunDirTrainers
 from gyrectl.rollout.evals import EvalPlan
 from gyrectl.rollout.harness_nodes import RemoteHarnesses
 from gyrectl.rollout.harnesses import HarnessSettings
-from gyrectl.rollout.live import LiveRollouts
+from gyrectl.rollout.live import live_rollouts
 from gyrectl.rollout.load import LoadPublisher
 from gyrectl.rollout.resume import carry_over
 from gyrectl.rollout.sandbox import Sandbox
@@ -134,19 +134,19 @@ def run_loop(*, run: RunDir, config: Config, cluster: Cluster, nodes: Sequence[N
     else:
         harness.sandbox.require()
         harnesses = harness.runner(run)
-    rollouts = LiveRollouts(run=run, gateway=gateway, harnesses=harnesses,
-                            tasks=tasks,
-                            executions_per_task=config.rollout.executions_per_task,
-                            batch_executions=config.training.batch_executions,
-                            verifier=verifier, servers=servers,
-                            replicas_of=lambda cell, placed: steps.replicas(cell=cell, nodes=placed),
-                            weight_sync=HttpWeightSync(server_key=server_key),
-                            server_key=server_key, stopping=stopped, evals=eval_plan(config, launch_dir),
-                            infra_failures=config.rollout.infra_failures)
-    load = LoadPublisher(run, gateway, replica_of=rollouts.replica_of)
+    rollouts = live_rollouts(run=run, gateway=gateway, harnesses=harnesses, tasks=tasks,
+                             executions_per_task=config.rollout.executions_per_task,
+                             batch_executions=config.training.batch_executions, verifier=verifier, servers=servers,
+                             replicas_of=lambda cell, placed: steps.replicas(cell=cell, nodes=placed),
+                             weight_sync=HttpWeightSync(server_key=server_key), server_key=server_key,
+                             stopping=stopped, evals=eval_plan(config, launch_dir),
+                             infra_failures=config.rollout.infra_failures)
+    load = LoadPublisher(run, gateway, replica_of=rollouts.servers.replica_of)
     tracking = TrackingPublisher(run, config)
-    retention = CheckpointRetention(run, keep=config.training.keep_checkpoints, rollouts=rollouts)
-    actuator = Actuator(cluster=cluster, gateway=rollouts, clock=rollouts, steps=steps,
+    retention = CheckpointRetention(run, keep=config.training.keep_checkpoints, reloading=rollouts.servers.reloading,
+                                    evaluating=rollouts.evaluating)
+    actuator = Actuator(cluster=cluster, executions=rollouts.executions, servers=rollouts.servers,
+                        batches=rollouts.claims, clock=rollouts.clock, steps=steps,
                         trainers=RunDirTrainers(run), cell_nodes=cell_nodes, checkpoints=retention)
     try:
         past = read_events(run.journal_file)
@@ -157,10 +157,10 @@ def run_loop(*, run: RunDir, config: Config, cluster: Cluster, nodes: Sequence[N
                 state = apply(state, resumed)
                 journal.append(resumed)
                 carried = carry_over(past, read_records(run.executions_file), completed_steps=state.version)
-                rollouts.take_over(carried, resume=sum(isinstance(e, Resumed) for e in past) + 1)
+                rollouts.executions.take_over(carried, resume=sum(isinstance(e, Resumed) for e in past) + 1)
             state = run_coordinator(state=state, decide=POLICIES[config.scheduler.policy], actuator=actuator,
                                     journal=NodeRoles(run, journal, table, cell_nodes),
-                                    now=rollouts.now, stop=lambda s: s.done or stopped())
+                                    now=rollouts.clock.now, stop=lambda s: s.done or stopped())
             retention.finish(state)  # the servers go with the head: what they served is not kept
             return state
     finally:

@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from gyrectl.coordinator.state import CoordinatorState, Phase
-from gyrectl.rollout.live import LiveRollouts
 from gyrectl.run.rundir import RunDir
 
 log = logging.getLogger(__name__)
@@ -53,18 +52,21 @@ class CheckpointRetention:
     Every load begins on that thread too, always of the newest version, so none can begin between
     a decision and its removal. Each removal is a line in the head's log."""
 
-    def __init__(self, run: RunDir, *, keep: int, rollouts: LiveRollouts):
-        self._run, self._keep, self._rollouts = run, keep, rollouts
+    def __init__(self, run: RunDir, *, keep: int, reloading: Callable[[], set[int]],
+                 evaluating: Callable[[], set[int]]):
+        """``reloading()``: versions the cells' live reloads load; ``evaluating()``: versions whose
+        evaluation is due or running."""
+        self._run, self._keep = run, keep
+        self._reloading, self._evaluating = reloading, evaluating
         self._decided: tuple[int, frozenset[int]] | None = None
 
     def retain(self, state: CoordinatorState) -> None:
-        self._remove(newest=state.version,
-                     in_use=versions_in_use(state) | self._rollouts.reloading() | self._rollouts.evaluating())
+        self._remove(newest=state.version, in_use=versions_in_use(state) | self._reloading() | self._evaluating())
 
     def finish(self, state: CoordinatorState) -> None:
         """The loop ended and its servers stop with the head: only a load under way still keeps an
         old version (a resumed head starts its servers with the newest)."""
-        self._remove(newest=state.version, in_use=versions_in_use(state, serving=False) | self._rollouts.reloading())
+        self._remove(newest=state.version, in_use=versions_in_use(state, serving=False) | self._reloading())
 
     def _remove(self, *, newest: int, in_use: set[int]) -> None:
         decided = (newest, frozenset(in_use))

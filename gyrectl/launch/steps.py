@@ -1,8 +1,9 @@
 """The two kinds of step the coordinator starts on a cell, as ``StepSpec``s: a rollout server and
 a training member (one per cell; members of one training step join the same rendezvous, so the
-step grows when a cell joins). The environment tells the step (and the simulated cluster) its role.
+step grows when a cell joins). The environment tells the step its role.
 This is the coordinator's ``StepBuilder`` port filled with the engines' command lines (vLLM,
-torchrun + ``gyrectl.train``); the coordinator never imports it, launch and the simulator wire it.
+torchrun + ``gyrectl.train``); the coordinator never imports it, launch wires it (the simulator
+builds steps of its own, :mod:`gyrectl.sim.steps`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ class StepFactory:
     gpus_per_node: int
     cpus_per_node: int
     server_key: str = ""
-    """The key every server is locked with (``RunDir.server_key``; empty in the simulator)."""
+    """The key every server is locked with (``RunDir.server_key``; empty without a run directory)."""
 
     def rollout(self, *, cell: int, nodes: tuple[str, ...], version: int) -> StepSpec:
         """Cell ``cell``'s server step: every replica of the cell (:mod:`gyrectl.rollout.replicas`),
@@ -99,8 +100,8 @@ def rendezvous_port(config: Config, index: int, attempt: int = 0) -> int:
 
 
 def step_factory(config: Config, run: RunDir | None = None) -> StepFactory:
-    """Steps for the run in ``run`` (default: the directory the config names, which is all the
-    simulator needs; a real coordinator passes its ``RunDir``): each cell's vLLM server, and the
+    """Steps for the run in ``run`` (default: the directory the config names, and no server key;
+    a real coordinator passes its ``RunDir``): each cell's vLLM server, and the
     trainer entrypoint run by torchrun with an elastic node range."""
     return StepFactory(config=config, run=run or RunDir.of(config),
                        gpus_per_node=config.cluster.gpus_per_node, cpus_per_node=config.cluster.cpus_per_node,

@@ -51,7 +51,7 @@ def carry_over(events: Sequence[Event], records: Iterable[dict[str, Any]], *, co
 
 
 def _is_finished_line(record: dict[str, Any]) -> bool:
-    """A finished execution's line as ``LiveRollouts`` writes it (damage that still parses as
+    """A finished execution's line as ``LiveExecutions`` writes it (damage that still parses as
     JSON may have lost a field; such a line is left out like an unreadable one)."""
     return isinstance(record.get("seq"), int) and isinstance(record.get("execution"), str) \
         and isinstance(record.get("status"), str) and "weight_version" in record

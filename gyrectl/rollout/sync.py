@@ -2,7 +2,7 @@
 
 One file per transport fills it: :mod:`gyrectl.rollout.weights` reloads an HF folder from the
 shared filesystem over the server's HTTP control routes (works on CPU and GPU); an NCCL broadcast
-from the trainer may come later. The rollout side of the loop (``LiveRollouts``) only sees this.
+from the trainer may come later. The rollout side of the loop (``LiveCellServers``) only sees this.
 """
 
 from __future__ import annotations

@@ -11,6 +11,18 @@ from gyrectl.sim.models import SimulatedCosts
 from gyrectl.sim.workload import Workload
 
 
+@dataclass
+class Accounts:
+    """What the simulated world counts as it runs (the rollout servers and the training steps add to it)."""
+
+    busy_cell_s: float = 0.0
+    """Cell-seconds spent usefully: a server at its full throughput or a training member counts 1."""
+    work_done_s: float = 0.0
+    """Work-seconds the executions did (a timed-out one only the part it reached)."""
+    longest_work_s: float = 0.0
+    """The most work one execution did."""
+
+
 @dataclass(frozen=True)
 class SimulationResult:
     policy: str

@@ -47,3 +47,21 @@ def costs_from_config(config: Config) -> SimulatedCosts:
     return SimulatedCosts(sim=config.simulator, slots_per_server=config.rollout.concurrency_per_server,
                           gpus_per_cell=max(1, config.cells.nodes_per_cell * config.cluster.gpus_per_node),
                           time_limit_s=config.rollout.execution_time_limit_s)
+
+
+class CellRoles:
+    """The role of each cell's last step ("" = none yet): a cell's next switch is timed from it."""
+
+    def __init__(self, costs: SimulatedCosts, num_cells: int):
+        self._costs = costs
+        self._last = [""] * num_cells
+
+    def switch(self, cell: int, role: str) -> float:
+        """Cell ``cell`` takes ``role``; returns how long the switch takes (``step_start_s``)."""
+        delay = self._costs.step_start_s(role=role, last_role=self._last[cell])
+        self._last[cell] = role
+        return delay
+
+    def took(self, cell: int, role: str) -> None:
+        """Cell ``cell`` took ``role`` at a cost timed elsewhere (a server woken from sleep)."""
+        self._last[cell] = role

@@ -7,8 +7,8 @@
 
 from __future__ import annotations
 
-import time
 import dataclasses
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,15 +17,14 @@ from gyrectl.coordinator.actuator import Actuator, cells_of
 from gyrectl.coordinator.events import Event
 from gyrectl.coordinator.journal import Journal
 from gyrectl.coordinator.loop import run_coordinator
-from gyrectl.coordinator.state import initial_state, limits_from_config
-from gyrectl.launch.steps import step_factory
+from gyrectl.coordinator.state import Limits, initial_state, limits_from_config
 from gyrectl.scheduler import POLICIES
 from gyrectl.sim.cluster import SimulatedCluster
-from gyrectl.sim.gateway import SimulatedGateway, SimulatedTrainers
 from gyrectl.sim.metrics import SimulationResult, lower_bound_s, summarize
 from gyrectl.sim.models import costs_from_config
+from gyrectl.sim.steps import SimulatedStepBuilder
 from gyrectl.sim.workload import Workload, load_workload
-from gyrectl.sim.world import SimulatedWorld
+from gyrectl.sim.world import SimulatedWorld, build_world
 
 
 @dataclass
@@ -47,46 +46,54 @@ class Simulation:
     events: list[Event]
 
 
-def simulated_world(config: Config, workload: Workload) -> tuple[SimulatedWorld, SimulatedGateway]:
+def simulated_limits(config: Config) -> Limits:
+    """The limits a simulated run's policy works to: the real run's (``limits_from_config``), with
+    the simulator's own length (``simulator.workload_size`` executions, when set) and no step
+    waiting for an evaluation (the simulator runs none: with ``eval.blocking`` it would wait forever)."""
     limits = limits_from_config(config)
-    world = SimulatedWorld(costs=costs_from_config(config), workload=workload, num_cells=limits.num_cells,
-                           nodes_per_cell=config.cells.nodes_per_cell, batch_executions=limits.batch_executions,
-                           executions_movable=config.simulator.executions_movable)
-    return world, SimulatedGateway(world)
+    total = config.simulator.workload_size or limits.total_executions
+    return dataclasses.replace(limits, total_executions=total, eval_blocks_every=0)
 
 
-def simulated_actuator(config: Config, world: SimulatedWorld, gateway: SimulatedGateway) -> Actuator:
+def simulated_world(config: Config, workload: Workload) -> SimulatedWorld:
+    limits = simulated_limits(config)
+    return build_world(costs=costs_from_config(config), workload=workload, num_cells=limits.num_cells,
+                       nodes_per_cell=config.cells.nodes_per_cell, batch_executions=limits.batch_executions,
+                       executions_movable=config.simulator.executions_movable)
+
+
+def simulated_actuator(config: Config, world: SimulatedWorld) -> Actuator:
     """What a (re)started coordinator builds: its actuator over the running simulated cluster."""
     cluster = SimulatedCluster(world, gpus_per_node=config.cluster.gpus_per_node)
-    return Actuator(cluster=cluster, gateway=gateway, clock=gateway, steps=step_factory(config),
-                    trainers=SimulatedTrainers(world),
+    return Actuator(cluster=cluster, executions=world.executions, servers=world.servers, batches=world.batches,
+                    clock=world.clock, steps=SimulatedStepBuilder(), trainers=world.trainers,
                     cell_nodes=cells_of(cluster.discover(), config.cells.nodes_per_cell))
 
 
 def simulate(config: Config, *, workload_spec: str | Workload, seed: int | None = None,
              journal_path: Path | None = None) -> Simulation:
     """Simulates ``config`` (its ``scheduler.policy``) on a workload preset, file or object."""
-    # The simulator runs no evaluations: a step waiting for one (eval.blocking) would wait forever.
-    limits = dataclasses.replace(limits_from_config(config), eval_blocks_every=0)
+    limits = simulated_limits(config)
     costs = costs_from_config(config)
     seed = config.run.seed if seed is None else seed
     workload = workload_spec if isinstance(workload_spec, Workload) else load_workload(
         workload_spec, size=limits.total_executions, seed=seed, time_limit_s=costs.time_limit_s)
-    world, gateway = simulated_world(config, workload)
-    actuator = simulated_actuator(config, world, gateway)
+    world = simulated_world(config, workload)
+    actuator = simulated_actuator(config, world)
     log = EventLog(journal=Journal(journal_path, fsync=False) if journal_path else None)
     started = time.perf_counter()
     try:
         state = run_coordinator(state=initial_state(limits), decide=POLICIES[config.scheduler.policy],
-                                actuator=actuator, journal=log, now=gateway.now)
+                                actuator=actuator, journal=log, now=world.clock.now)
     finally:
         if log.journal is not None:
             log.journal.close()
     wall = time.perf_counter() - started
-    bound = lower_bound_s(costs=costs, num_cells=limits.num_cells, work_s=world.work_done_s,
-                          tokens=sum(world.batch_tokens.values()), longest_work_s=world.longest_work_s,
-                          steps=len(world.batch_tokens))
+    accounts, step_tokens = world.accounts, world.batches.step_tokens
+    bound = lower_bound_s(costs=costs, num_cells=limits.num_cells, work_s=accounts.work_done_s,
+                          tokens=sum(step_tokens.values()), longest_work_s=accounts.longest_work_s,
+                          steps=len(step_tokens))
     result = summarize(policy=config.scheduler.policy, workload=workload, state=state, events=log.events,
-                       busy_cell_s=world.busy_cell_s, lower_bound=bound, wall_s=wall,
-                       events_processed=world.events_processed + len(log.events))
+                       busy_cell_s=accounts.busy_cell_s, lower_bound=bound, wall_s=wall,
+                       events_processed=world.clock.events_processed + len(log.events))
     return Simulation(result=result, events=log.events)

@@ -22,7 +22,7 @@ from gyrectl.gateway.background import BackgroundGateway
 from gyrectl.gateway.settings import GatewaySettings
 from gyrectl.rollout.harness_nodes import ALIVE, ASSIGNED, RemoteHarnesses, node_folder
 from gyrectl.rollout.harnesses import HarnessSettings
-from gyrectl.rollout.live import LiveRollouts
+from gyrectl.rollout.live import live_rollouts
 from gyrectl.rollout.sandbox import Sandbox
 from gyrectl.rollout.tasks import Assignment, rerun_id
 from gyrectl.run.rundir import RunDir
@@ -149,21 +149,21 @@ def test_live_rollouts_run_a_lost_nodes_executions_again_under_new_ids(setup):
     run, _, harnesses = setup
     gateway = BackgroundGateway(GatewaySettings(token=run.token(), models=("tiny",)), sink=None)  # no calls here
     first_run = []
-    rollouts = LiveRollouts(run=run, gateway=gateway, harnesses=harnesses,
+    rollouts = live_rollouts(run=run, gateway=gateway, harnesses=harnesses,
                             tasks=[{"id": "slow", "answer": "12", "sleep": 3}], executions_per_task=4,
                             batch_executions=4, verifier=lambda task, output: 1.0, servers=[],
                             replicas_of=lambda cell, nodes: (), weight_sync=None)  # type: ignore[arg-type]
     try:
-        rollouts.dispatch(count=4, version=0)
+        rollouts.executions.dispatch(count=4, version=0)
         victim = "local-harness-1"
         first_run = sorted(r["execution"] for r in read_records(node_folder(run, victim) / ASSIGNED))
         os.kill(_agent_pid(run, victim), signal.SIGKILL)
         events, deadline = [], time.monotonic() + 60
         while sum(isinstance(e, Finished) for e in events) < 4:
             assert time.monotonic() < deadline, "the lost executions were not run again"
-            events += rollouts.poll()
-            rollouts.wait()
-        rollouts.claim(index=0, take=((0, 0, 4),))
+            events += rollouts.executions.poll()
+            rollouts.clock.wait()
+        rollouts.claims.claim(index=0, take=((0, 0, 4),))
         batch = json.loads(run.batch_file(0).read_text())
     finally:
         rollouts.close()

@@ -18,7 +18,7 @@ from gyrectl.errors import RuntimeFailure
 from gyrectl.gateway.background import BackgroundGateway
 from gyrectl.gateway.settings import GatewaySettings
 from gyrectl.rollout.harnesses import OUTPUT_TAIL_BYTES, HarnessRunner
-from gyrectl.rollout.live import LiveRollouts
+from gyrectl.rollout.live import LiveRollouts, live_rollouts
 from gyrectl.run.rundir import RunDir
 from gyrectl.store.jsonl import read_records
 
@@ -74,7 +74,7 @@ def make_rollouts(tmp_path: Path):
         gateway = BackgroundGateway(GatewaySettings(token=run.token(), models=("tiny",)), sink=None)
         runner = HarnessRunner(command=[sys.executable, str(harness)], cwd=tmp_path, env={}, time_limit_s=time_limit_s,
                                logs_dir=run.logs_dir / "executions", kill_grace_s=0.5)
-        rollouts = LiveRollouts(run=run, gateway=gateway, harnesses=runner, tasks=tasks, executions_per_task=1,
+        rollouts = live_rollouts(run=run, gateway=gateway, harnesses=runner, tasks=tasks, executions_per_task=1,
                                 batch_executions=batch, verifier=_score, servers=[], replicas_of=lambda c, n: (),
                                 weight_sync=None, infra_failures=budget)  # type: ignore[arg-type]
         made.append((rollouts, gateway))
@@ -96,8 +96,8 @@ def _finish(rollouts: LiveRollouts, count: int, timeout: float = 60.0) -> list[F
     finished, deadline = [], time.monotonic() + timeout
     while len(finished) < count:
         assert time.monotonic() < deadline, f"only {len(finished)} of {count} executions ended"
-        finished += [e for e in rollouts.poll() if isinstance(e, Finished)]
-        rollouts.wait()
+        finished += [e for e in rollouts.executions.poll() if isinstance(e, Finished)]
+        rollouts.clock.wait()
     return finished
 
 
@@ -106,8 +106,8 @@ def _failure(rollouts: LiveRollouts, timeout: float = 60.0) -> str:
     deadline = time.monotonic() + timeout
     with pytest.raises(RuntimeFailure) as failure:
         while time.monotonic() < deadline:
-            rollouts.poll()
-            rollouts.wait()
+            rollouts.executions.poll()
+            rollouts.clock.wait()
     return str(failure.value)
 
 
@@ -125,7 +125,7 @@ def _survivors(tmp_path: Path) -> list[str]:
 
 def test_a_harness_that_cannot_start_fails_the_run_quoting_its_stderr(make_rollouts, tmp_path):
     rollouts, run = make_rollouts(_tasks(tmp_path, "import_error", 8), budget=InfraFailureBudget(first=4))
-    rollouts.dispatch(count=8, version=0)
+    rollouts.executions.dispatch(count=8, version=0)
     message = _failure(rollouts)
     assert "the first 4 executions all ended as infrastructure failures (rollout.infra_failures.first=4)" in message
     assert "exit code 1" in message and "ModuleNotFoundError: No module named 'agentlib'" in message
@@ -137,11 +137,11 @@ def test_a_harness_that_cannot_start_fails_the_run_quoting_its_stderr(make_rollo
 def test_a_harness_that_exits_at_random_is_a_failure_each_time_and_the_run_goes_on(make_rollouts, tmp_path):
     tasks = _tasks(tmp_path, "random_exit", 24)
     rollouts, run = make_rollouts(tasks, budget=InfraFailureBudget(first=8, window=12, max_share=0.5), batch=24)
-    rollouts.dispatch(count=24, version=0)
+    rollouts.executions.dispatch(count=24, version=0)
     finished = _finish(rollouts, 24)  # about 3 in 10 fail: within the budget, so no raise
     failed = {e.seq for e in finished if e.infra_failure}
     assert 0 < len(failed) < 12
-    left_out = rollouts.claim(index=0, take=((0, 0, 24),))
+    left_out = rollouts.claims.claim(index=0, take=((0, 0, 24),))
     batch = json.loads(run.batch_file(0).read_text())
     assert left_out == len(failed) == len(batch["left_out"]) and len(batch["executions"]) == 24 - len(failed)
     assert all(e["reward"] == 1.0 for e in batch["executions"])  # no failure became a zero reward
@@ -150,9 +150,9 @@ def test_a_harness_that_exits_at_random_is_a_failure_each_time_and_the_run_goes_
 def test_a_harness_that_breaks_halfway_stops_the_run_once_the_window_is_over_its_share(make_rollouts, tmp_path):
     tasks = _tasks(tmp_path, "stubborn_child", 6) + _tasks(tmp_path, "import_error", 10)  # ok at first, then not
     rollouts, _ = make_rollouts(tasks, budget=InfraFailureBudget(first=4, window=8, max_share=0.5), batch=16)
-    rollouts.dispatch(count=6, version=0)
+    rollouts.executions.dispatch(count=6, version=0)
     assert not any(e.infra_failure for e in _finish(rollouts, 6))
-    rollouts.dispatch(count=10, version=0)
+    rollouts.executions.dispatch(count=10, version=0)
     assert "5 of the last 8 executions ended as infrastructure failures" in _failure(rollouts)
 
 
@@ -160,7 +160,7 @@ def test_garbage_and_a_huge_line_on_stdout_cost_no_more_than_the_tail(make_rollo
     huge = OUTPUT_TAIL_BYTES + (1 << 20)
     tasks = _tasks(tmp_path, "garbage_then_answer", 2, huge=huge) + _tasks(tmp_path, "huge_line_only", 2, huge=huge)
     rollouts, run = make_rollouts(tasks, batch=4)
-    rollouts.dispatch(count=4, version=0)
+    rollouts.executions.dispatch(count=4, version=0)
     finished = {e.seq: e for e in _finish(rollouts, 4)}
     assert [finished[seq].infra_failure for seq in range(4)] == [False, False, True, True]
     rewards = {r["execution"]: r["reward"] for r in read_records(run.executions_file) if "status" in r}
@@ -170,7 +170,7 @@ def test_garbage_and_a_huge_line_on_stdout_cost_no_more_than_the_tail(make_rollo
 def test_a_harness_that_hangs_without_calling_is_stopped_at_the_time_limit(make_rollouts, tmp_path):
     rollouts, run = make_rollouts(_tasks(tmp_path, "hang", 2), batch=2, time_limit_s=1.0)
     started = time.monotonic()
-    rollouts.dispatch(count=2, version=0)
+    rollouts.executions.dispatch(count=2, version=0)
     finished = _finish(rollouts, 2)
     assert time.monotonic() - started < 15 and all(e.timed_out and not e.infra_failure for e in finished)
     records = [r for r in read_records(run.executions_file) if "status" in r]
@@ -181,7 +181,7 @@ def test_a_harness_that_hangs_without_calling_is_stopped_at_the_time_limit(make_
 @pytest.mark.parametrize("mode", ["stubborn_child", "stubborn_child_then_hang"])
 def test_a_child_that_ignores_sigterm_does_not_outlive_its_harness(make_rollouts, tmp_path, mode):
     rollouts, _ = make_rollouts(_tasks(tmp_path, mode, 2), batch=2, time_limit_s=1.5)
-    rollouts.dispatch(count=2, version=0)
+    rollouts.executions.dispatch(count=2, version=0)
     finished = _finish(rollouts, 2)
     assert all(not e.infra_failure for e in finished)  # each printed its answer before it was stopped
     assert [e.timed_out for e in finished] == [mode.endswith("hang")] * 2

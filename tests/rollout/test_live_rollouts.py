@@ -15,7 +15,7 @@ from gyrectl.coordinator.events import EvalEnded, Finished, Started
 from gyrectl.gateway.background import BackgroundGateway
 from gyrectl.gateway.settings import GatewaySettings
 from gyrectl.rollout.harnesses import HarnessRunner
-from gyrectl.rollout.live import LiveRollouts
+from gyrectl.rollout.live import live_rollouts
 from gyrectl.rollout.tasks import Assignment, assign
 from gyrectl.run.rundir import RunDir
 from gyrectl.store.jsonl import read_records
@@ -71,22 +71,22 @@ def test_live_rollouts_finish_score_and_claim(harness_file, tmp_path):
     run = RunDir.create(tmp_path / "runs", "r")
     tasks = [{"id": "digits", "answer": "123"}, {"id": "letters", "answer": "abc"}, {"id": "broken", "crash": True}]
     gateway = BackgroundGateway(GatewaySettings(token=run.token(), models=("tiny",)), sink=None)  # no calls here
-    rollouts = LiveRollouts(run=run, gateway=gateway, harnesses=_runner(harness_file, tmp_path), tasks=tasks,
+    rollouts = live_rollouts(run=run, gateway=gateway, harnesses=_runner(harness_file, tmp_path), tasks=tasks,
                             executions_per_task=2, batch_executions=6,
                             verifier=lambda task, output: sum(c.isdigit() for c in output["answer"]) / 3,
                             servers=[], replicas_of=lambda cell, nodes: (), weight_sync=None)  # type: ignore[arg-type]
     try:
-        rollouts.dispatch(count=6, version=0)
+        rollouts.executions.dispatch(count=6, version=0)
         events: list = []
         deadline = time.monotonic() + 60
         while sum(isinstance(e, Finished) for e in events) < 6:
             assert time.monotonic() < deadline
-            events += rollouts.poll()
-            rollouts.wait()
+            events += rollouts.executions.poll()
+            rollouts.clock.wait()
         assert [e.count for e in events if isinstance(e, Started)] == [6]
         assert sorted(e.seq for e in events if isinstance(e, Finished)) == list(range(6))
 
-        assert rollouts.claim(index=0, take=((0, 0, 6),)) == 2  # left out: the two infra failures
+        assert rollouts.claims.claim(index=0, take=((0, 0, 6),)) == 2  # left out: the two infra failures
         claimed = json.loads(run.batch_file(0).read_text())
         assert claimed["step"] == 0
         rewards = {e["execution"]: e["reward"] for e in claimed["executions"]}
@@ -98,8 +98,8 @@ def test_live_rollouts_finish_score_and_claim(harness_file, tmp_path):
         assert sorted(r["execution"] for r in lines if r.get("step") == 0) == [f"e00000{i}" for i in range(6)]
 
         # A step abandoned (a cell in it was lost) gives its executions back to be claimed again.
-        rollouts.release(index=0)
-        rollouts.claim(index=0, take=((0, 0, 6),))
+        rollouts.claims.release(index=0)
+        rollouts.claims.claim(index=0, take=((0, 0, 6),))
         again = json.loads(run.batch_file(0).read_text())
         assert again["executions"] == claimed["executions"] and again["left_out"] == claimed["left_out"]
     finally:
@@ -114,16 +114,16 @@ def test_harnesses_that_end_while_the_run_stops_are_left_for_the_next_head(harne
     run = RunDir.create(tmp_path / "runs", "r")
     gateway = BackgroundGateway(GatewaySettings(token=run.token(), models=("tiny",)), sink=None)  # no calls here
     stopping = []
-    rollouts = LiveRollouts(run=run, gateway=gateway, harnesses=_runner(harness_file, tmp_path),
+    rollouts = live_rollouts(run=run, gateway=gateway, harnesses=_runner(harness_file, tmp_path),
                             tasks=[{"id": "broken", "crash": True}], executions_per_task=1, batch_executions=1,
                             verifier=lambda task, output: 0.0, servers=[], replicas_of=lambda cell, nodes: (),
                             weight_sync=None,  # type: ignore[arg-type]
                             stopping=lambda: bool(stopping))
     try:
-        rollouts.dispatch(count=1, version=0)
+        rollouts.executions.dispatch(count=1, version=0)
         stopping.append(True)
         time.sleep(1.5)  # the harness has crashed by now
-        assert not any(isinstance(e, Finished) for e in rollouts.poll())
+        assert not any(isinstance(e, Finished) for e in rollouts.executions.poll())
         assert not any("status" in r for r in read_records(run.executions_file))
     finally:
         rollouts.close()
@@ -141,27 +141,27 @@ def test_evaluations_run_on_due_weights_are_recorded_apart_and_never_claimed(har
     plan = EvalPlan(tasks=({"id": "held-out", "answer": "12", "sleep": 1.0},), every_steps=2, executions_per_task=2,
                     pass_threshold=0.5, temperature=0.0)
     gateway = BackgroundGateway(GatewaySettings(token=run.token(), models=("tiny",)), sink=None)
-    rollouts = LiveRollouts(run=run, gateway=gateway, harnesses=_runner(harness_file, tmp_path),
+    rollouts = live_rollouts(run=run, gateway=gateway, harnesses=_runner(harness_file, tmp_path),
                             tasks=[{"id": "train", "answer": "1"}], executions_per_task=2, batch_executions=2,
                             verifier=lambda task, output: sum(c.isdigit() for c in output["answer"]) / 2,
                             servers=[[CellServer("cell0", "http://127.0.0.1:9")]], replicas_of=lambda cell, nodes: (),
                             weight_sync=None, evals=plan)  # type: ignore[arg-type]
     try:
-        rollouts.route(0, routed=True, weight_version=1)  # not due
-        rollouts.poll()
+        rollouts.servers.route(0, routed=True, weight_version=1)  # not due
+        rollouts.executions.poll()
         assert not gateway.gateway.sampling
-        rollouts.route(0, routed=True, weight_version=2)
-        rollouts.dispatch(count=2, version=2)
-        rollouts.poll()  # starts the eval
+        rollouts.servers.route(0, routed=True, weight_version=2)
+        rollouts.executions.dispatch(count=2, version=2)
+        rollouts.executions.poll()  # starts the eval
         assert gateway.gateway.sampling == {"eval-v2-0000": {"temperature": 0.0}, "eval-v2-0001": {"temperature": 0.0}}
         events, deadline = [], time.monotonic() + 60
         while sum(isinstance(e, Finished) for e in events) < 2 or not run.evals_file.exists():
             assert time.monotonic() < deadline
-            events += rollouts.poll()
-            rollouts.wait()
-        rollouts.route(0, routed=True, weight_version=2)  # v2 served again: not evaluated twice
-        rollouts.poll()
-        rollouts.claim(index=0, take=((0, 2, 2),))
+            events += rollouts.executions.poll()
+            rollouts.clock.wait()
+        rollouts.servers.route(0, routed=True, weight_version=2)  # v2 served again: not evaluated twice
+        rollouts.executions.poll()
+        rollouts.claims.claim(index=0, take=((0, 2, 2),))
         batch = json.loads(run.batch_file(0).read_text())
     finally:
         rollouts.close()
@@ -192,17 +192,17 @@ def test_a_resumed_head_does_not_evaluate_a_version_again(harness_file, tmp_path
     plan = EvalPlan(tasks=({"id": "held-out", "answer": "1"},), every_steps=2, executions_per_task=1,
                     pass_threshold=0.5, temperature=0.0)
     gateway = BackgroundGateway(GatewaySettings(token=run.token(), models=("tiny",)), sink=None)
-    rollouts = LiveRollouts(run=run, gateway=gateway, harnesses=_runner(harness_file, tmp_path),
+    rollouts = live_rollouts(run=run, gateway=gateway, harnesses=_runner(harness_file, tmp_path),
                             tasks=[{"id": "train", "answer": "1"}], executions_per_task=1, batch_executions=1,
                             verifier=lambda task, output: 1.0, servers=[[CellServer("cell0", "http://127.0.0.1:9")]],
                             replicas_of=lambda cell, nodes: (), weight_sync=None, evals=plan)  # type: ignore[arg-type]
     try:
-        rollouts.take_over(CarriedOver(finished=[], running=[], next_seq=0), resume=1)
-        rollouts.route(0, routed=True, weight_version=2)
-        rollouts.poll()
+        rollouts.executions.take_over(CarriedOver(finished=[], running=[], next_seq=0), resume=1)
+        rollouts.servers.route(0, routed=True, weight_version=2)
+        rollouts.executions.poll()
         assert not gateway.gateway.sampling  # no eval execution started
-        rollouts.route(0, routed=True, weight_version=4)
-        rollouts.poll()
+        rollouts.servers.route(0, routed=True, weight_version=4)
+        rollouts.executions.poll()
         assert list(gateway.gateway.sampling) == ["eval-v4-0000"]
     finally:
         rollouts.close()
@@ -218,13 +218,13 @@ def test_a_resumed_head_trains_what_timed_out_and_leaves_out_what_failed(harness
                 "weight_version": 0} for seq, (status, reward) in enumerate([("ok", 1.0), ("timed_out", 0.0),
                                                                               ("infra_failure", None)])]
     gateway = BackgroundGateway(GatewaySettings(token=run.token(), models=("tiny",)), sink=None)
-    rollouts = LiveRollouts(run=run, gateway=gateway, harnesses=_runner(harness_file, tmp_path),
+    rollouts = live_rollouts(run=run, gateway=gateway, harnesses=_runner(harness_file, tmp_path),
                             tasks=[{"id": "t", "answer": "1"}], executions_per_task=1, batch_executions=3,
                             verifier=lambda task, output: 1.0, servers=[], replicas_of=lambda cell, nodes: (),
                             weight_sync=None)  # type: ignore[arg-type]
     try:
-        rollouts.take_over(CarriedOver(finished=records, running=[], next_seq=3), resume=1)
-        assert rollouts.claim(index=0, take=((0, 0, 3),)) == 1
+        rollouts.executions.take_over(CarriedOver(finished=records, running=[], next_seq=3), resume=1)
+        assert rollouts.claims.claim(index=0, take=((0, 0, 3),)) == 1
     finally:
         rollouts.close()
         gateway.close()

@@ -14,7 +14,7 @@ from gyrectl.coordinator.events import WeightsSynced
 from gyrectl.gateway.background import BackgroundGateway
 from gyrectl.gateway.settings import GatewaySettings
 from gyrectl.rollout.harnesses import HarnessRunner
-from gyrectl.rollout.live import LiveRollouts
+from gyrectl.rollout.live import live_rollouts
 from gyrectl.rollout.load import LoadPublisher
 from gyrectl.rollout.replicas import CellServer
 from gyrectl.rollout.weights import HttpWeightSync
@@ -28,7 +28,7 @@ def test_every_replica_of_a_cell_is_routed_drained_slept_woken_and_synced(live_s
     replicas = (CellServer("cell0.0", server.url, node="node-a"), CellServer("cell0.1", server.url, node="node-b"))
     gateway = BackgroundGateway(GatewaySettings(token=run.token(), models=(server.model_name,),
                                                 server_key=server.key), sink=None)
-    rollouts = LiveRollouts(run=run, gateway=gateway, tasks=[], executions_per_task=1, batch_executions=1,
+    rollouts = live_rollouts(run=run, gateway=gateway, tasks=[], executions_per_task=1, batch_executions=1,
                             harnesses=HarnessRunner(command=["true"], cwd=tmp_path, env={}, time_limit_s=1,
                                                     logs_dir=tmp_path),
                             verifier=lambda task, output: 0.0, servers=[replicas],
@@ -37,30 +37,30 @@ def test_every_replica_of_a_cell_is_routed_drained_slept_woken_and_synced(live_s
     load = LoadPublisher(run, gateway, replica_of=rollouts.replica_of, every_s=3600)
     pool = gateway.gateway.pool
     try:
-        assert rollouts.ready(0)
-        rollouts.route(0, routed=True, weight_version=0)
+        assert rollouts.servers.ready(0)
+        rollouts.servers.route(0, routed=True, weight_version=0)
         assert {(v.name, v.state.value) for v in gateway.servers()} == {("cell0.0", "active"), ("cell0.1", "active")}
         leases = [gateway.run(pool.acquire(f"e{i}")) for i in range(4)]  # four calls, spread over both
-        assert rollouts.sessions(0) == 4
+        assert rollouts.servers.sessions(0) == 4
         rows = {row["name"]: row for row in load.snapshot()}
         assert {name: (row["cell"], row["node"], row["calls"]) for name, row in rows.items()} == {
             "cell0.0": (0, "node-a", 2), "cell0.1": (0, "node-b", 2)}
 
-        rollouts.route(0, routed=False)  # both drain: their calls may finish, no new ones come
+        rollouts.servers.route(0, routed=False)  # both drain: their calls may finish, no new ones come
         assert {(v.name, v.state.value) for v in gateway.servers()} == {("cell0.0", "draining"),
                                                                          ("cell0.1", "draining")}
         for lease in leases:
             gateway.call(pool.release, lease)
-        assert gateway.servers() == [] and rollouts.sessions(0) == 0  # drained: both left the pool
-        rollouts.sleep(0, level=1)
-        rollouts.wake(0)
+        assert gateway.servers() == [] and rollouts.servers.sessions(0) == 0  # drained: both left the pool
+        rollouts.servers.sleep(0, level=1)
+        rollouts.servers.wake(0)
 
-        rollouts.route(0, routed=True, weight_version=0)
-        rollouts.sync_weights(0, 0)
+        rollouts.servers.route(0, routed=True, weight_version=0)
+        rollouts.servers.sync_weights(0, 0)
         deadline, events = time.monotonic() + 120, []
         while not any(isinstance(e, WeightsSynced) for e in events):
             assert time.monotonic() < deadline, "the cell's replicas did not sync"
-            events += rollouts.poll()
+            events += rollouts.executions.poll()
             time.sleep(0.1)
         assert [e for e in events if isinstance(e, WeightsSynced)] == [WeightsSynced(cell=0, version=0, at=events[-1].at)]
         assert {v.name: v.weight_version for v in gateway.servers()} == {"cell0.0": 0, "cell0.1": 0}

@@ -16,7 +16,7 @@ from gyrectl.coordinator.events import Finished
 from gyrectl.gateway.background import BackgroundGateway
 from gyrectl.gateway.settings import GatewaySettings
 from gyrectl.rollout.harnesses import HarnessRunner
-from gyrectl.rollout.live import LiveRollouts
+from gyrectl.rollout.live import live_rollouts
 from gyrectl.rollout.sandbox import Sandbox, apptainer_argv, bwrap_argv
 from gyrectl.run.rundir import RunDir
 from gyrectl.store.jsonl import read_records
@@ -71,16 +71,16 @@ def test_a_sandboxed_harness_writes_only_its_own_directory_and_is_scored(tmp_pat
                               env={"RUN_DIR": str(run.path)}, time_limit_s=60, logs_dir=run.logs_dir / "executions",
                               workdirs=run.workdir, sandbox=sandbox, keep_workdirs=keep)
     gateway = BackgroundGateway(GatewaySettings(token=run.token(), models=("tiny",)), sink=None)
-    rollouts = LiveRollouts(run=run, gateway=gateway, harnesses=harnesses, tasks=[{"id": "t"}], executions_per_task=1,
+    rollouts = live_rollouts(run=run, gateway=gateway, harnesses=harnesses, tasks=[{"id": "t"}], executions_per_task=1,
                             batch_executions=1, verifier=lambda task, output: float(output["answer"] == "123"),
                             servers=[], replicas_of=lambda cell, nodes: (), weight_sync=None)  # type: ignore[arg-type]
     try:
-        rollouts.dispatch(count=1, version=0)
+        rollouts.executions.dispatch(count=1, version=0)
         events, deadline = [], time.monotonic() + 60
         while not any(isinstance(e, Finished) for e in events):
             assert time.monotonic() < deadline, "the sandboxed harness did not finish"
-            events += rollouts.poll()
-            rollouts.wait()
+            events += rollouts.executions.poll()
+            rollouts.clock.wait()
     finally:
         rollouts.close()
         gateway.close()

@@ -8,7 +8,8 @@ from collections import Counter
 from gyrectl.config import parse_config
 from gyrectl.config.schema import Config
 from gyrectl.coordinator.events import Event, Finished, PhaseChanged, TrainExtended, TrainStarted, apply
-from gyrectl.coordinator.state import CoordinatorState, Phase, initial_state, limits_from_config
+from gyrectl.coordinator.state import CoordinatorState, Phase, initial_state
+from gyrectl.sim.run import simulated_limits
 from gyrectl.sim.workload import Workload
 
 
@@ -22,8 +23,8 @@ def small_config(*, policy: str = "elastic", cells: int = 4, slots: int = 4, bat
         "rollout": {"concurrency_per_server": slots, "executions_per_task": 1, "execution_time_limit_s": time_limit_s},
         "training": {"batch_executions": batch},
         "scheduler": {"policy": policy, "max_staleness": staleness, "async_train_cells": train_cells,
-                      "min_rollout_cells": min_rollout},
-        "simulator": {"executions_movable": movable, "batch_order": order, "train_tokens_per_s_per_gpu": 50.0},
+                      "min_rollout_cells": min_rollout, "batch_order": order},
+        "simulator": {"executions_movable": movable, "train_tokens_per_s_per_gpu": 50.0},
     })
 
 
@@ -33,7 +34,7 @@ def workload(durations: list[float]) -> Workload:
 
 def check_invariants(config: Config, events: list[Event]) -> CoordinatorState:
     """Replays ``events`` and asserts the rules every policy must keep; returns the final state."""
-    state = initial_state(limits_from_config(config))
+    state = initial_state(simulated_limits(config))
     slots = state.limits.slots_per_cell
     finished: Counter[int] = Counter()
     for event in events:
@@ -57,6 +58,13 @@ def check_invariants(config: Config, events: list[Event]) -> CoordinatorState:
     assert sorted(finished) == list(range(total)) and set(finished.values()) == {1}, "an execution lost or doubled"
     assert state.dispatched == state.finished == state.trained == total and state.buffered == 0
     return state
+
+
+class Unused:
+    """A port the test's actuator must not touch: any use of it fails the test."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"the actuator used {name!r} of a port this test gives it nothing for")
 
 
 class RecordingTrainers:

@@ -14,7 +14,7 @@ import pytest
 from gyrectl.coordinator.events import WeightsSynced
 from gyrectl.coordinator.state import CellState, CellTable, Limits, Phase, TrainStep, initial_state
 from gyrectl.launch.retention import CheckpointRetention, versions_in_use, versions_to_remove
-from gyrectl.rollout.live import LiveRollouts
+from gyrectl.rollout.live import live_rollouts
 from gyrectl.rollout.replicas import CellServer
 from gyrectl.run.rundir import RunDir
 
@@ -71,17 +71,6 @@ def test_once_the_loop_ended_only_loads_under_way_keep_a_version() -> None:
 
 
 # -- the head's side, on a run directory ------------------------------------------------------------
-class Rollouts:
-    """What retention asks the live rollouts."""
-
-    def __init__(self, reloading: set[int] = frozenset(), evaluating: set[int] = frozenset()):
-        self._reloading, self._evaluating = set(reloading), set(evaluating)
-
-    def reloading(self) -> set[int]:
-        return self._reloading
-
-    def evaluating(self) -> set[int]:
-        return self._evaluating
 
 
 @pytest.fixture
@@ -102,7 +91,7 @@ def run(tmp_path: Path) -> RunDir:
 
 def test_retain_removes_what_no_one_reads_and_logs_each(run: RunDir, caplog: pytest.LogCaptureFixture) -> None:
     serving_v2 = state_of(CellState(id=0, phase=Phase.ROLLOUT, weight_version=2), version=6)
-    retention = CheckpointRetention(run, keep=2, rollouts=Rollouts(reloading={3}, evaluating={4}))
+    retention = CheckpointRetention(run, keep=2, reloading=lambda: {3}, evaluating=lambda: {4})
     with caplog.at_level(logging.INFO, logger="gyrectl.launch.retention"):
         retention.retain(serving_v2)
     assert run.weight_versions() == [0, 2, 3, 4, 5, 6]
@@ -116,13 +105,13 @@ def test_retain_removes_what_no_one_reads_and_logs_each(run: RunDir, caplog: pyt
 
 
 def test_retain_keeps_every_version_with_keep_0(run: RunDir) -> None:
-    CheckpointRetention(run, keep=0, rollouts=Rollouts()).finish(state_of(version=6))
+    CheckpointRetention(run, keep=0, reloading=set, evaluating=set).finish(state_of(version=6))
     assert run.weight_versions() == list(range(7))
 
 
 def test_a_resumed_head_removes_what_the_head_before_it_left(run: RunDir) -> None:
     # a head died before it could remove anything; the next one's first round catches up
-    CheckpointRetention(run, keep=3, rollouts=Rollouts()).retain(state_of(version=6))
+    CheckpointRetention(run, keep=3, reloading=set, evaluating=set).retain(state_of(version=6))
     assert run.weight_versions() == [0, 4, 5, 6]
 
 
@@ -150,17 +139,17 @@ class BlockingSync:
 
 def test_a_reload_keeps_its_version_until_the_coordinator_hears_it_is_served(tmp_path: Path) -> None:
     sync = BlockingSync()
-    rollouts = LiveRollouts(run=RunDir.create(tmp_path, "r"), gateway=Gateway(), harnesses=Harnesses(), tasks=[],
+    rollouts = live_rollouts(run=RunDir.create(tmp_path, "r"), gateway=Gateway(), harnesses=Harnesses(), tasks=[],
                             executions_per_task=1, batch_executions=1, verifier=lambda task, output: 0.0,
                             servers=[[CellServer("cell0", "http://127.0.0.1:1")]], replicas_of=lambda c, n: (),
                             weight_sync=sync)
-    rollouts.sync_weights(0, 5)
-    assert rollouts.reloading() == {5}
+    rollouts.servers.sync_weights(0, 5)
+    assert rollouts.servers.reloading() == {5}
     sync.go.set()
     for thread in threading.enumerate():
         if thread.name == "sync-cell0":
             thread.join(10)
     # loaded, but until a poll hands WeightsSynced to the coordinator its state does not say so
-    assert rollouts.reloading() == {5}
-    assert [(e.cell, e.version) for e in rollouts.poll() if isinstance(e, WeightsSynced)] == [(0, 5)]
-    assert rollouts.reloading() == set()
+    assert rollouts.servers.reloading() == {5}
+    assert [(e.cell, e.version) for e in rollouts.executions.poll() if isinstance(e, WeightsSynced)] == [(0, 5)]
+    assert rollouts.servers.reloading() == set()

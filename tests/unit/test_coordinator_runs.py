@@ -11,9 +11,9 @@ from coordinator_cases import check_invariants, small_config, workload
 from gyrectl.coordinator.events import Dispatched, PhaseChanged, TrainStarted
 from gyrectl.coordinator.journal import Journal, read_events, replay
 from gyrectl.coordinator.loop import run_coordinator
-from gyrectl.coordinator.state import Phase, initial_state, limits_from_config
+from gyrectl.coordinator.state import Phase, initial_state
 from gyrectl.scheduler import elastic
-from gyrectl.sim.run import simulate, simulated_actuator, simulated_world
+from gyrectl.sim.run import simulate, simulated_actuator, simulated_limits, simulated_world
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -63,17 +63,17 @@ def test_restarted_coordinator_continues_with_the_same_decisions(tmp_path):
     whole = simulate(config, workload_spec=jobs).events
 
     path = tmp_path / "journal.jsonl"
-    world, gateway = simulated_world(config, jobs)  # the cluster outlives the coordinator
-    initial = initial_state(limits_from_config(config))
+    world = simulated_world(config, jobs)  # the cluster outlives the coordinator
+    initial = initial_state(simulated_limits(config))
     journal = Journal(path, fsync=False)
-    crashed = run_coordinator(state=initial, decide=elastic.decide, actuator=simulated_actuator(config, world, gateway),
-                              journal=journal, now=gateway.now, stop=lambda s: s.version >= 2)
+    crashed = run_coordinator(state=initial, decide=elastic.decide, actuator=simulated_actuator(config, world),
+                              journal=journal, now=world.clock.now, stop=lambda s: s.version >= 2)
     journal.close()  # the coordinator dies here
     resumed = replay(read_events(path), initial.limits)
     assert resumed == crashed
     with Journal(path, fsync=False) as journal:
-        run_coordinator(state=resumed, decide=elastic.decide, actuator=simulated_actuator(config, world, gateway),
-                        journal=journal, now=gateway.now)
+        run_coordinator(state=resumed, decide=elastic.decide, actuator=simulated_actuator(config, world),
+                        journal=journal, now=world.clock.now)
     assert read_events(path) == whole
 
 
@@ -82,26 +82,27 @@ def test_journal_replays_to_the_same_state(tmp_path):
     journal = tmp_path / "journal.jsonl"
     sim = simulate(config, workload_spec=workload([5, 50, 8, 300, 20, 7]), journal_path=journal)
     assert read_events(journal) == sim.events
-    assert replay(read_events(journal), limits_from_config(config)) == check_invariants(config, sim.events)
+    assert replay(read_events(journal), simulated_limits(config)) == check_invariants(config, sim.events)
 
 
 def test_the_coordinator_gets_a_round_per_live_world_event_never_for_a_superseded_timer():
     config = small_config(cells=4, slots=4, batch=8, steps=4)
-    world, gateway = simulated_world(config, workload([10, 20, 400, 15, 30, 25, 900, 12]))
+    world = simulated_world(config, workload([10, 20, 400, 15, 30, 25, 900, 12]))
+    clock = world.clock
     advances, live_per_wait = [], []
-    advance, wait = world.advance, gateway.wait
+    advance, wait = clock.advance, clock.wait
 
     def counted_advance() -> bool:
         advances.append(advance())
         return advances[-1]
 
     def counted_wait() -> None:
-        before = world.events_processed
+        before = clock.events_processed
         wait()
-        live_per_wait.append(world.events_processed - before)
-    world.advance, gateway.wait = counted_advance, counted_wait
-    state = run_coordinator(state=initial_state(limits_from_config(config)), decide=elastic.decide,
-                            actuator=simulated_actuator(config, world, gateway), journal=[], now=gateway.now)
+        live_per_wait.append(clock.events_processed - before)
+    clock.advance, clock.wait = counted_advance, counted_wait
+    state = run_coordinator(state=initial_state(simulated_limits(config)), decide=elastic.decide,
+                            actuator=simulated_actuator(config, world), journal=[], now=clock.now)
     assert state.done
     assert not all(advances), "the run must have had superseded timers for this to show anything"
     assert set(live_per_wait) == {1}, "each wait runs exactly one live event, past any superseded ones"

@@ -17,7 +17,7 @@ from gyrectl.coordinator.views import moves, placed_cells
 from gyrectl.launch.steps import step_factory
 from gyrectl.run.rundir import RunDir
 from gyrectl.scheduler import elastic
-from coordinator_cases import RecordingTrainers
+from coordinator_cases import RecordingTrainers, Unused
 
 LIMITS = Limits(num_cells=2, slots_per_cell=4, batch_executions=2, max_staleness=0, min_rollout_cells=1,
                 total_executions=4)
@@ -74,7 +74,9 @@ class LosingCluster(Cluster):
         return [Node("node4", 1, 0, 4, address="10.0.0.14")] if self.asks > 1 else None
 
 
-class Gateway:
+class RolloutSide:
+    """The cell servers and the batches: records the calls."""
+
     def __init__(self) -> None:
         self.calls: list[tuple] = []
 
@@ -86,18 +88,19 @@ class Gateway:
 
 
 def test_the_actuator_stops_a_lost_cells_training_step_and_places_it_on_granted_nodes(tmp_path: Path) -> None:
-    cluster, gateway = LosingCluster(), Gateway()
-    actuator = Actuator(cluster=cluster, gateway=gateway, clock=type("C", (), {"now": lambda self: 5.0})(),
+    cluster, rollout = LosingCluster(), RolloutSide()
+    actuator = Actuator(cluster=cluster, executions=Unused(), servers=rollout, batches=rollout,
+                        clock=type("C", (), {"now": lambda self: 5.0})(),
                         steps=step_factory(CONFIG, RunDir(tmp_path)), trainers=RecordingTrainers(), cell_nodes=[("node2",), ("node3",)])
     state = _training_state()
     events = actuator.observe(state)
     assert events == [CellLost(cell=1, at=5.0, nodes=("node3",))]
     assert cluster.stopped == ["train1"]
-    assert ("route", (1,), {"routed": False}) in gateway.calls and ("release", (), {"index": 0}) in gateway.calls
+    assert ("route", (1,), {"routed": False}) in rollout.calls and ("release", (), {"index": 0}) in rollout.calls
     state = apply(state, events[0])
     assert actuator.observe(state) == []  # the replacement is asked for, not granted yet
     assert actuator.observe(state) == [CellPlaced(cell=1, nodes=("node4",), at=5.0)]
-    (placed,) = [args[1] for name, args, _ in gateway.calls if name == "place" and args[0] == 1]
+    (placed,) = [args[1] for name, args, _ in rollout.calls if name == "place" and args[0] == 1]
     assert [node.name for node in placed] == ["node4"]
     (replica,) = step_factory(CONFIG, RunDir(tmp_path)).replicas(cell=1, nodes=placed)
     assert (replica.name, replica.url, replica.node) == ("cell1", "http://10.0.0.14:18300", "node4")

@@ -9,7 +9,7 @@ import dataclasses
 from collections import Counter
 from pathlib import Path
 
-from coordinator_cases import RecordingTrainers, check_invariants, small_config, workload
+from coordinator_cases import RecordingTrainers, Unused, check_invariants, small_config, workload
 from gyrectl.cluster.base import Cluster, StepSpec, StepState, StepStatus
 from gyrectl.config.loader import parse_config
 from gyrectl.coordinator.actions import StartTrain
@@ -115,14 +115,15 @@ class Steps(Cluster):
         return StepStatus(step_id, RUNNING)
 
 
-class Gateway:
+class Batches:
     def claim(self, *, index, take):
         return 0  # none of the batch left out
 
 
 def actuator(tmp_path: Path, steps: Steps, trainers: RecordingTrainers, *, resident: bool = True) -> Actuator:
     config = parse_config({"cluster": {"nodes": 3}, "training": {"resident": resident}})
-    return Actuator(cluster=steps, gateway=Gateway(), clock=type("C", (), {"now": lambda self: 7.0})(),
+    return Actuator(cluster=steps, executions=Unused(), servers=Unused(), batches=Batches(),
+                    clock=type("C", (), {"now": lambda self: 7.0})(),
                     steps=step_factory(config, RunDir(tmp_path)), trainers=trainers,
                     cell_nodes=[("n0",), ("n1",), ("n2",)])
 

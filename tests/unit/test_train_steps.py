@@ -12,7 +12,7 @@ from gyrectl.coordinator.events import PhaseChanged, apply
 from gyrectl.coordinator.state import Phase, initial_state, limits_from_config
 from gyrectl.launch.steps import step_factory
 from gyrectl.run.rundir import RunDir
-from coordinator_cases import RecordingTrainers
+from coordinator_cases import RecordingTrainers, Unused
 
 CONFIG = parse_config({"cluster": {"backend": "slurm", "nodes": 4, "gpus_per_node": 0}, "cells": {"nodes_per_cell": 2}})
 
@@ -39,7 +39,7 @@ class RecordingCluster(Cluster):
         return StepStatus(step_id, StepState.RUNNING)
 
 
-class Gateway:
+class Batches:
     def claim(self, *, index, take):
         return 0  # none of the batch left out
 
@@ -50,7 +50,8 @@ def _flag(spec: StepSpec, name: str) -> str:
 
 def test_members_of_a_step_share_its_first_cells_rendezvous(tmp_path: Path) -> None:
     cluster = RecordingCluster()
-    actuator = Actuator(cluster=cluster, gateway=Gateway(), clock=type("C", (), {"now": lambda self: 0.0})(),
+    actuator = Actuator(cluster=cluster, executions=Unused(), servers=Unused(), batches=Batches(),
+                        clock=type("C", (), {"now": lambda self: 0.0})(),
                         steps=step_factory(CONFIG, RunDir(tmp_path)), trainers=RecordingTrainers(), cell_nodes=[("n0", "n1"), ("n2", "n3")])
     state = initial_state(limits_from_config(CONFIG))
     for cell in (0, 1):

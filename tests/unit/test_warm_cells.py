@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator_cases import RecordingTrainers, check_invariants, small_config, workload
+from coordinator_cases import RecordingTrainers, Unused, check_invariants, small_config, workload
 from gyrectl.cluster.base import Cluster, StepSpec, StepState, StepStatus
 from gyrectl.config.loader import parse_config
 from gyrectl.coordinator.actions import MoveCell
@@ -104,8 +104,9 @@ class Steps(Cluster):
         return StepStatus(step_id, StepState.RUNNING)
 
 
-class Gateway:
-    """Records the calls; ``refuse`` names the calls that fail as an unanswering server would."""
+class Servers:
+    """The cell servers: records the calls; ``refuse`` names the calls that fail as an unanswering
+    server would."""
 
     def __init__(self, refuse: tuple[str, ...] = ()) -> None:
         self.calls: list[tuple] = []
@@ -122,29 +123,30 @@ class Gateway:
         return 0
 
 
-def actuator(tmp_path: Path, gateway: Gateway, steps: Steps) -> Actuator:
+def actuator(tmp_path: Path, servers: Servers, steps: Steps) -> Actuator:
     config = parse_config({"cluster": {"nodes": 2}})
-    return Actuator(cluster=steps, gateway=gateway, clock=type("C", (), {"now": lambda self: 7.0})(),
+    return Actuator(cluster=steps, executions=Unused(), servers=servers, batches=Unused(),
+                    clock=type("C", (), {"now": lambda self: 7.0})(),
                     steps=step_factory(config, RunDir(tmp_path)), trainers=RecordingTrainers(), cell_nodes=[("n0",), ("n1",)])
 
 
 @pytest.mark.parametrize(("level", "served", "synced"), [(1, 3, False), (1, 2, True), (2, 3, True)])
 def test_returning_wakes_the_sleeping_server_and_syncs_only_what_it_lacks(tmp_path: Path, level: int, served: int,
                                                                           synced: bool) -> None:
-    gateway, steps = Gateway(), Steps()
+    servers, steps = Servers(), Steps()
     asleep = CellState(id=1, phase=Phase.TRAIN, sleeping_server="s1", weight_version=served)
     state = state_of(CellState(id=0), asleep, limits=dataclasses.replace(WARM, sleep_level=level))
-    events = actuator(tmp_path, gateway, steps).act(MoveCell(cell=1, to=Phase.ROLLOUT), state)
+    events = actuator(tmp_path, servers, steps).act(MoveCell(cell=1, to=Phase.ROLLOUT), state)
     woke = PhaseChanged(cell=1, phase=Phase.RETURNING, at=7.0, step_id="s1", weight_version=served, warm=True)
     assert events == [woke] + ([SyncStarted(cell=1, version=3, at=7.0)] if synced else [])
-    assert steps.started == [] and ("wake", (1,), {}) in gateway.calls
-    assert (("sync_weights", (1, 3), {}) in gateway.calls) is synced
+    assert steps.started == [] and ("wake", (1,), {}) in servers.calls
+    assert (("sync_weights", (1, 3), {}) in servers.calls) is synced
 
 
 def test_a_server_that_does_not_wake_is_replaced_by_a_cold_start(tmp_path: Path) -> None:
-    gateway, steps = Gateway(refuse=("wake",)), Steps()
+    servers, steps = Servers(refuse=("wake",)), Steps()
     state = state_of(CellState(id=0), CellState(id=1, phase=Phase.TRAIN, sleeping_server="s1", weight_version=3))
-    failed, returning = actuator(tmp_path, gateway, steps).act(MoveCell(cell=1, to=Phase.ROLLOUT), state)
+    failed, returning = actuator(tmp_path, servers, steps).act(MoveCell(cell=1, to=Phase.ROLLOUT), state)
     assert failed == StepFailed(cell=1, step_id="s1", role="rollout", exit_code=None, at=7.0)
     assert steps.stopped == ["s1"] and steps.started == ["rollout-cell1"]
     assert (returning.phase, returning.step_id, returning.warm) == (Phase.RETURNING, "new-rollout-cell1", False)
@@ -153,13 +155,13 @@ def test_a_server_that_does_not_wake_is_replaced_by_a_cold_start(tmp_path: Path)
 
 
 def test_a_server_that_does_not_fall_asleep_is_stopped(tmp_path: Path) -> None:
-    gateway, steps = Gateway(refuse=("sleep",)), Steps()
+    servers, steps = Servers(refuse=("sleep",)), Steps()
     state = state_of(CellState(id=0), CellState(id=1, phase=Phase.DRAINING, step_id="s1"))
-    act = actuator(tmp_path, gateway, steps)
+    act = actuator(tmp_path, servers, steps)
     events = act.observe(state)
     assert steps.stopped == ["s1"]
     assert events == []  # the stop is asked; the cell trains once the step is gone (next round)
-    slept = actuator(tmp_path, Gateway(), Steps()).observe(state)
+    slept = actuator(tmp_path, Servers(), Steps()).observe(state)
     assert slept == [PhaseChanged(cell=1, phase=Phase.TRAIN, at=7.0, warm=True, sleeping_server="s1")]
 
 
