@@ -5,8 +5,9 @@ its second the cell).
 train -> rollout:  stop the training step (scancel) | start the vLLM step (srun until Slurm runs
                    it) | the engine's own start (until /health answers) | back in the gateway
 rollout -> train:  drain at the gateway (a call mid-stream is cut and parked, grace 0) | stop the
-                   vLLM step (scancel, srun gone; no grace, as the actuator does once no call runs) | start the torchrun step (srun until Slurm
-                   runs it) | torchrun's worker up and its process group formed (probe.py)
+                   vLLM step (scancel, srun gone; no grace, as the actuator does once no call runs) |
+                   start the torchrun step (srun until Slurm runs it) | torchrun's worker up and its
+                   process group formed (probe.py)
 
 Prints one JSON line per round.
 """
@@ -88,7 +89,8 @@ def main() -> None:
                 cluster.stop_step(train_step, grace_s=0.0)
             t_stopped = time.time()
             server = cluster.start_step(steps.rollout(cell=0, nodes=(node.name,), version=0))
-            t_running = _until(lambda: cluster.slurm_step(server) is not None)
+            # B023 below: _until calls its lambda at once, before the loop rebinds the step id it reads
+            t_running = _until(lambda: cluster.slurm_step(server) is not None)  # noqa: B023
             wait_healthy(url, alive=step_alive(cluster, server), timeout_s=300, poll_s=0.05)
             t_ready = time.time()
             gateway.call(pool.add, "cell0", url, weight_version=0)
@@ -109,9 +111,10 @@ def main() -> None:
                                       str(probe_out)),
                              log_path=run.logs_dir / "probe.log")
             train_step = cluster.start_step(probe)
-            t_train_running = _until(lambda: cluster.slurm_step(train_step) is not None
-                                     or cluster.step_status(train_step).state.ended)
-            _until(lambda: cluster.step_status(train_step).state.ended)
+            # B023 below: as above, each lambda runs inside this iteration's _until
+            t_train_running = _until(lambda: cluster.slurm_step(train_step) is not None  # noqa: B023
+                                     or cluster.step_status(train_step).state.ended)  # noqa: B023
+            _until(lambda: cluster.step_status(train_step).state.ended)  # noqa: B023
             worker = [json.loads(line) for line in probe_out.read_text().splitlines()][-1]
             if round_ == 0:
                 continue

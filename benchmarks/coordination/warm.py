@@ -103,7 +103,8 @@ def main() -> None:
     writer = CaptureWriter(run.calls_store)
     gateway = BackgroundGateway(GatewaySettings(token=run.token(), admin_token=run.admin_token(), server_key=key,
                                                 models=(model,)), sink=writer)
-    pool, url, sync = gateway.gateway.pool, server_url(config, cell=0, address=node.address), HttpWeightSync(server_key=key)
+    pool, url = gateway.gateway.pool, server_url(config, cell=0, address=node.address)
+    sync = HttpWeightSync(server_key=key)
 
     def cold_start() -> str:
         step = cluster.start_step(steps.rollout(cell=0, nodes=(node.name,), version=0))

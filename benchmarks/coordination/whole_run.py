@@ -103,7 +103,7 @@ def main() -> None:
                         help="Read two finished runs instead of launching them (the tables again).")
     args = parser.parse_args()
     if args.from_runs:
-        rows = [read_run(kind, run_dir) for kind, run_dir in zip(KINDS, args.from_runs)]
+        rows = [read_run(kind, run_dir) for kind, run_dir in zip(KINDS, args.from_runs, strict=True)]
         args.steps = len(rows[0]["step_s"])
     else:
         rows = [run(kind, model=args.model.resolve(), steps=args.steps, policy=args.policy) for kind in KINDS]
@@ -126,7 +126,7 @@ def main() -> None:
     print(f"\ncold / warm time to the last commit: {cold['total_s'] / warm['total_s']:.2f}x")
     print("\n| step | cold: trainer | forward_backward (s) | executions in flight meanwhile | "
           "warm: trainer | forward_backward (s) | executions in flight meanwhile |\n|---|---|---:|---:|---|---:|---:|")
-    for c, w in zip(cold["compute"], warm["compute"]):
+    for c, w in zip(cold["compute"], warm["compute"], strict=False):
         print(f"| {c['step']} | {c['trainer']} | {c['forward_backward_s']:.1f} | {c['executions_in_flight']:.1f} | "
               f"{w['trainer']} | {w['forward_backward_s']:.1f} | {w['executions_in_flight']:.1f} |")
 

@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from synthetic import AgentShape, agent_execution  # noqa: E402
-
 from gyrectl.capture.index import index_path  # noqa: E402
 from gyrectl.capture.store import CaptureWriter, read_store  # noqa: E402
+
+from synthetic import AgentShape, agent_execution  # noqa: E402
 
 SHAPE = AgentShape(num_calls=30, max_context=30_000, growth=1_000, system_tokens=500)
 ROUNDS = 5

@@ -24,8 +24,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # "on one core"
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from synthetic import AgentShape, agent_execution  # noqa: E402
-
 from gyrectl.capture.prefix import PrefixIndex  # noqa: E402
 from gyrectl.capture.store import CaptureWriter, read_store  # noqa: E402
 from gyrectl.capture.stored import StoredCall  # noqa: E402
@@ -33,6 +31,8 @@ from gyrectl.capture.tree import build_tree  # noqa: E402
 from gyrectl.dedup.exact import exact_dedup  # noqa: E402
 from gyrectl.dedup.packing import pack  # noqa: E402
 from gyrectl.dedup.paths import paths_dedup  # noqa: E402
+
+from synthetic import AgentShape, agent_execution  # noqa: E402
 
 BIG = AgentShape()
 MEDIUM = AgentShape(num_calls=120, max_context=120_000, growth=1_500)

@@ -33,8 +33,9 @@ from pathlib import Path
 import aiohttp
 import orjson
 
-import stub_upstream  # beside this file
 from gyrectl.capture.store import scan
+
+import stub_upstream  # beside this file
 
 HERE = Path(__file__).parent
 CASES = [(1, 300, 0), (256, 4, 0), (2048, 1, 0), (256, 6, 500)]
@@ -104,7 +105,8 @@ def json_costs(tokens: int, repeat: int = 2000) -> dict:
         for _ in range(repeat):
             for chunk in chunks:
                 dumps(loads(chunk))
-        out[name] = {"reply_us": round(whole * 1e6, 1), "stream_us": round((time.perf_counter() - started) / repeat * 1e6, 1)}
+        out[name] = {"reply_us": round(whole * 1e6, 1),
+                     "stream_us": round((time.perf_counter() - started) / repeat * 1e6, 1)}
     return out
 
 

@@ -24,7 +24,8 @@ PROMPT_IDS = list(range(1, 65))
 def reply(tokens: int) -> bytes:
     choice = {"index": 0, "message": {"role": "assistant", "content": "x" * tokens},
               "token_ids": list(range(100, 100 + tokens)),
-              "logprobs": {"content": [{"token": "x", "logprob": -0.5} for _ in range(tokens)]}, "finish_reason": "stop"}
+              "logprobs": {"content": [{"token": "x", "logprob": -0.5} for _ in range(tokens)]},
+              "finish_reason": "stop"}
     return json.dumps({"id": "chatcmpl-stub", "object": "chat.completion", "created": 0, "model": "tiny",
                        "prompt_token_ids": PROMPT_IDS, "choices": [choice],
                        "usage": {"prompt_tokens": len(PROMPT_IDS), "completion_tokens": tokens,

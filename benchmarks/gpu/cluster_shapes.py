@@ -235,7 +235,8 @@ def main() -> int:
                 "nccl": nccl_weight_sync(server)}
         else:
             skipped = {"error": "skipped: the server did not start"}
-            figures["rollout"], figures["weight_sync"] = skipped, {"filesystem": skipped, "nccl": nccl_weight_sync(server)}
+            figures["rollout"], figures["weight_sync"] = skipped, {"filesystem": skipped,
+                                                                   "nccl": nccl_weight_sync(server)}
         figures["memory"]["serve"] = serve_memory_against_plan(plan, server.log_path, gpu_used_gb=gpu_used_gb())
     return finish(figures, args.out)
 
@@ -312,7 +313,7 @@ def make_run(config: Config, *, name: str, folder: Path, scale: Scale) -> RunDir
             execution, task, reward = f"e{i:03d}", f"t{i // 4}", float(rng.random())
             calls = list(agent_execution(execution, scale.agent, seed=i))
             owners = [f"{execution}-c{k:03d}" if name == "per_call" else execution for k in range(len(calls))]
-            for call, owner in zip(calls, owners):
+            for call, owner in zip(calls, owners, strict=True):
                 writer.append(as_record(call, execution=owner))
             entries += [{"execution": e, "task": task, "reward": reward, "weight_version": 0}
                         for e in dict.fromkeys(owners)]

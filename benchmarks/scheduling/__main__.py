@@ -39,7 +39,8 @@ SENSITIVITY = {
 }
 
 
-def run_policy(config_path: str, *, policy: str, workload: str, seed: int, extra: list[str], train_cells: int = 0) -> float:
+def run_policy(config_path: str, *, policy: str, workload: str, seed: int, extra: list[str],
+               train_cells: int = 0) -> float:
     overrides = [f"scheduler.policy={policy}", *extra]
     if train_cells:
         overrides.append(f"scheduler.async_train_cells={train_cells}")
@@ -50,7 +51,8 @@ def best_split(config_path: str, *, workload: str, seed: int, extra: list[str]) 
     """The async train-cell count with the shortest makespan: a coarse scan, then its neighbours."""
     cells = load_config(REPO / config_path, extra).num_cells
     coarse = sorted({max(1, min(cells - 1, round(cells * f))) for f in (0.06, 0.12, 0.25, 0.375, 0.5, 0.625)})
-    times = {t: run_policy(config_path, policy="async", workload=workload, seed=seed, extra=extra, train_cells=t).makespan_s
+    times = {t: run_policy(config_path, policy="async", workload=workload, seed=seed, extra=extra,
+                           train_cells=t).makespan_s
              for t in coarse}
     best = min(times, key=times.get)
     for t in (best - 1, best + 1):
@@ -73,7 +75,8 @@ def compare(config_path: str, *, workload: str, seeds: list[int], extra: list[st
         rows["elastic"].append(run_policy(config_path, policy="elastic", workload=workload, seed=seed, extra=extra))
     mean = {name: statistics.mean(r.makespan_s for r in results) for name, results in rows.items()}
     elastic = rows["elastic"]
-    return {"split": split, **{f"x {name}": mean[name] / mean["elastic"] for name in ("colocate", "async even", "async best")},
+    return {"split": split,
+            **{f"x {name}": mean[name] / mean["elastic"] for name in ("colocate", "async even", "async best")},
             "elastic / bound": statistics.mean(r.makespan_s / r.lower_bound_s for r in elastic),
             "elastic h": mean["elastic"] / 3600, "colocate h": mean["colocate"] / 3600,
             "elastic idle": statistics.mean(r.gpu_idle_fraction for r in elastic),
@@ -118,8 +121,8 @@ def main() -> None:
         rows = []
         for workload in PRESETS:
             r = compare(path, workload=workload, seeds=seeds, extra=[])
-            rows.append([workload, r["split"], r["x colocate"], r["x async even"], r["x async best"], r["elastic / bound"],
-                         r["elastic h"], r["colocate h"], r["elastic idle"], r["colocate idle"],
+            rows.append([workload, r["split"], r["x colocate"], r["x async even"], r["x async best"],
+                         r["elastic / bound"], r["elastic h"], r["colocate h"], r["elastic idle"], r["colocate idle"],
                          r["elastic max staleness"], r["elastic timed out %"], r["colocate timed out %"]])
         print(f"\n### {shape}, {len(seeds)} seeds (mean makespan ratios; > 1 means elastic is faster)\n")
         print(table(header, rows), flush=True)

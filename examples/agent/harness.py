@@ -28,10 +28,11 @@ while sampling (temperature 1.0, no seed) differs between executions of the same
 
 Output: the last stdout line is one JSON object, ``{"answer", "written", "turns", "calls",
 "retries", "compressions", ...}``; ``answer`` is the text after ``ANSWER:`` in the final reply,
-or the whole final reply; ``written`` is every reply the model sampled, in order. On SIGTERM (the execution time limit) it prints the output so far and exits
-143. On an error it cannot recover from (the gateway unreachable after the client's retries, a
-refused key) it prints nothing on stdout, reports on stderr and exits 1, so the execution counts
-as an infrastructure failure rather than a zero reward.
+or the whole final reply; ``written`` is every reply the model sampled, in order. On SIGTERM (the
+execution time limit) it prints the output so far and exits 143. On an error it cannot recover
+from (the gateway unreachable after the client's retries, a refused key) it prints nothing on
+stdout, reports on stderr and exits 1, so the execution counts as an infrastructure failure
+rather than a zero reward.
 
 Settings: built-in defaults < fields of the task object < command-line flags (``--help``).
 """
@@ -337,7 +338,8 @@ def main(argv: list[str] | None = None) -> int:
         # Library code the signal lands in may wrap Stopped in its own error (pydantic-core
         # turns it into a SchemaError mid schema build), so the flag decides, not the type.
         if stopping:
-            output = agent.output(stopped=True) if agent else {"answer": "", "task": task["id"], "turns": 0, "stopped": True}
+            output = (agent.output(stopped=True) if agent
+                      else {"answer": "", "task": task["id"], "turns": 0, "stopped": True})
             print(json.dumps(output), flush=True)
             return 143
         if isinstance(exc, openai.OpenAIError):

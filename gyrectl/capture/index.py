@@ -71,5 +71,5 @@ def lookup(store: Path, executions: Collection[str]) -> Lookup | None:
     wanted = np.isin(entries["digest"], np.array([digest(e) for e in executions], dtype=np.uint64))
     ends = entries["offset"] + entries["length"]
     picked = entries[wanted]
-    return Lookup(spans=[(int(o), int(n)) for o, n in zip(picked["offset"], picked["length"])],
+    return Lookup(spans=[(int(o), int(n)) for o, n in zip(picked["offset"], picked["length"], strict=True)],
                   indexed_end=int(ends.max()))

@@ -88,7 +88,8 @@ def docs(json_: JsonOpt = False) -> None:
     # Piped (grep, less): one line per field, never wrapped or cut, so a grep shows the whole field.
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     for *columns, doc in rows:
-        typer.echo("  ".join([*(value.ljust(width) for value, width in zip(columns, widths)), " ".join(doc.split())]))
+        typer.echo("  ".join([*(value.ljust(width) for value, width in zip(columns, widths, strict=True)),
+                              " ".join(doc.split())]))
 
 
 def _fields(cls: type, prefix: str) -> typing.Iterator[tuple[str, str, str, str]]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -18,10 +18,10 @@ from gyrectl.run.rundir import RunDir
 
 
 def launch(
-    config: Annotated[Optional[Path], typer.Argument(help="YAML config file (see configs/); not with --resume.",
-                                                     show_default=False)] = None,
+    config: Annotated[Path | None, typer.Argument(help="YAML config file (see configs/); not with --resume.",
+                                                  show_default=False)] = None,
     set_: SetOpt = [],  # noqa: B006
-    resume: Annotated[Optional[str], typer.Option(
+    resume: Annotated[str | None, typer.Option(
         "--resume", metavar="RUN", help="Continue a run that ended before completing (cancelled, time limit, its "
                                         "head killed): a new job takes over from the run's journal.")] = None,
     replace: Annotated[bool, typer.Option(

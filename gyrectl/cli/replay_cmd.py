@@ -10,7 +10,7 @@ JSONL file of calls) and what dedup makes of them.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -30,10 +30,11 @@ MAX_SEGMENTS_SHOWN = 200
 def replay(
     source: Annotated[Path, typer.Argument(help="Run directory, capture store file (.seg) or JSONL file of "
                                                 "recorded calls.", show_default=False)],
-    step: Annotated[Optional[int], typer.Option(help="Only the executions this training step consumed.")] = None,
-    execution: Annotated[Optional[str], typer.Option(help="Only this execution.")] = None,
+    step: Annotated[int | None, typer.Option(help="Only the executions this training step consumed.")] = None,
+    execution: Annotated[str | None, typer.Option(help="Only this execution.")] = None,
     j_max: Annotated[int, typer.Option(help="Paths per execution for the paths-mode statistics.")] = 4,
-    export: Annotated[Optional[Path], typer.Option(help="Write the selected calls as JSONL (replay's input format).")] = None,
+    export: Annotated[Path | None, typer.Option(help="Write the selected calls as JSONL (replay's input "
+                                                     "format).")] = None,
     json_: JsonOpt = False,
 ) -> None:
     """Show trajectory trees and dedup statistics of a run, a capture store file or a JSONL file of calls.

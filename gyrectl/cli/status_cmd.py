@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Group
@@ -36,13 +36,13 @@ def _latest_run(root: Path) -> RunDir:
 
 
 def status(
-    run: Annotated[Optional[str], typer.Argument(help="Run directory or run name (default: the latest run under --root).",
-                                                 show_default=False)] = None,
+    run: Annotated[str | None, typer.Argument(help="Run directory or run name (default: the latest run under --root).",
+                                              show_default=False)] = None,
     root: RootOpt = DEFAULT_ROOT,
     watch: WatchOpt = False,
     interval: IntervalOpt = 2.0,
-    timeline: Annotated[Optional[Path], typer.Option("--timeline", help="Also write a PNG of the cells' roles over "
-                                                                          "time, drawn from the run's journal.")] = None,
+    timeline: Annotated[Path | None, typer.Option("--timeline", help="Also write a PNG of the cells' roles over "
+                                                                     "time, drawn from the run's journal.")] = None,
     json_: JsonOpt = False,
 ) -> None:
     """Show a run: its job state (pending / running / ended) and every node with its role.
@@ -103,7 +103,8 @@ def render(view: RunView) -> Group:
             + escape(f"{detail}{reason}\n{view.run_dir} ({_size(view.disk_bytes)} on disk)"))
     if job.components:  # Slurm's own view of each component
         head += escape("\nSlurm: " + "; ".join(f"{c.id} {c.state} on {c.nodes or '-'}"
-                                             + (f" (cell {c.cell})" if c.cell is not None else "") for c in job.components))
+                                             + (f" (cell {c.cell})" if c.cell is not None else "")
+                                             for c in job.components))
     if job.error:
         head += f"\n[red]{escape(job.error)}[/]"
     rows = [(n.name, n.het_group, n.gpus, n.cpus, n.address, n.role) for n in view.nodes]
@@ -124,7 +125,8 @@ def render(view: RunView) -> Group:
                             for m in view.moves[-6:]]))
     if view.steps:
         parts.append(table(f"training steps ({len(view.steps)} of {view.total_steps})",
-                           ["step", "reward mean", "executions", "naive tokens", "trained tokens", "weights", "seconds"],
+                           ["step", "reward mean", "executions", "naive tokens", "trained tokens", "weights",
+                            "seconds"],
                            [(s.step, f"{s.reward_mean:.3f}", s.executions, s.naive_tokens,
                              s.trained_tokens, f"v{s.weight_version}", f"{s.duration_s:.1f}")
                             for s in view.steps[-10:]]))

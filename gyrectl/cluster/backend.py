@@ -90,7 +90,7 @@ class Backend(abc.ABC):
     def dry_run(self, config: Config, *, run_dir: Path, folder: Path, python: str) -> str:
         """What ``gyrectl launch --dry-run`` prints: the exact script it would submit."""
 
-    def check_before_submitting(self, config: Config, *, run_dir: Path) -> None:
+    def check_before_submitting(self, config: Config, *, run_dir: Path) -> None:  # noqa: B027 -- optional hook
         """Refuses (``UserError``), before anything is submitted, what this backend could never run."""
 
     @abc.abstractmethod
@@ -106,7 +106,7 @@ class Backend(abc.ABC):
         """The run's job as this backend sees it; a damaged run file is noted in ``damaged`` (when
         given) instead of raised."""
 
-    def cancel_waiting(self, job: JobView) -> None:
+    def cancel_waiting(self, job: JobView) -> None:  # noqa: B027 -- optional hook
         """``gyrectl stop`` of a job whose head may not run yet (the stop file ends a running head):
         nothing to cancel by default."""
 

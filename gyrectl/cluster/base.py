@@ -16,7 +16,6 @@ from pathlib import Path
 
 from gyrectl.errors import RuntimeFailure
 
-
 HARNESS_GROUP = 2
 """``Node.het_group`` of a harness node (``cluster.harnesses.nodes``)."""
 
@@ -126,6 +125,6 @@ class Cluster(abc.ABC):
         granted (only a layout that loses single cells can replace one)."""
         raise RuntimeFailure(f"the {self.backend} backend cannot replace cell {cell}")
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 -- optional hook
         """Stops every step still running (the head calls it on its way out); nothing to stop by
         default."""

@@ -183,7 +183,8 @@ def check_config(config: Config) -> None:
         raise ConfigError("training.clip_eps", f"must be in (0, 1), got {training.clip_eps:g}")
     if training.max_importance_weight < 1:
         raise ConfigError("training.max_importance_weight",
-                          f"must be at least 1 (1 = no correction of stale tokens), got {training.max_importance_weight:g}")
+                          "must be at least 1 (1 = no correction of stale tokens), "
+                          f"got {training.max_importance_weight:g}")
     _at_least("training.keep_checkpoints", training.keep_checkpoints, 0)  # 0: keep every version
     _at_least("dedup.j_max", dedup.j_max, 1)
     evaluation = config.eval

@@ -13,6 +13,7 @@ import dataclasses
 import difflib
 import functools
 import inspect
+import itertools
 import re
 import textwrap
 import types
@@ -140,7 +141,7 @@ def field_docs(cls: type) -> dict[str, str]:
     """Field name -> the docstring written under it in the class body."""
     body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
     docs: dict[str, str] = {}
-    for stmt, nxt in zip(body, body[1:]):
+    for stmt, nxt in itertools.pairwise(body):
         if (
             isinstance(stmt, ast.AnnAssign)
             and isinstance(stmt.target, ast.Name)

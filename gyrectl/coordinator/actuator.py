@@ -1,6 +1,7 @@
 """Carries policy actions out and turns what happens into events: the only place the coordinator
-touches the ``Cluster`` and the rollout side (executions, cell servers, batches). It keeps no state of its own (step ids live in the
-coordinator state), so a restarted coordinator gets an equivalent actuator for free.
+touches the ``Cluster`` and the rollout side (executions, cell servers, batches). It keeps no state
+of its own (step ids live in the coordinator state), so a restarted coordinator gets an equivalent
+actuator for free.
 
 It also answers the faults a cluster throws, without the policy's help, in three parts: it reads
 the world (:mod:`gyrectl.coordinator.observation`), asks :mod:`gyrectl.coordinator.recovery` what
@@ -14,14 +15,45 @@ from collections.abc import Iterable, Sequence
 
 from gyrectl.cluster.base import Cluster, Node
 from gyrectl.coordinator.actions import Action, Dispatch, ExtendTrain, MoveCell, StartServer, StartTrain, SyncWeights
-from gyrectl.coordinator.events import (CellLost, CellPlaced, Dispatched, Event, PhaseChanged, StepFailed,
-                                        SyncStarted, TrainEnded, TrainerReleased, TrainExtended, TrainRetried,
-                                        TrainStarted)
+from gyrectl.coordinator.events import (
+    CellLost,
+    CellPlaced,
+    Dispatched,
+    Event,
+    PhaseChanged,
+    StepFailed,
+    SyncStarted,
+    TrainEnded,
+    TrainerReleased,
+    TrainExtended,
+    TrainRetried,
+    TrainStarted,
+)
 from gyrectl.coordinator.observation import read_world
-from gyrectl.coordinator.ports import Batches, CellServers, Checkpoints, Clock, Executions, ResidentTrainers, StepBuilder
-from gyrectl.coordinator.recovery import (EndTraining, ForgetServer, GiveUp, LoseCell, PlaceCell, Recovery,
-                                          ReleaseTrainer, RestartServer, RetryTraining, RouteServer, SleepDrained,
-                                          StopDrained, recover)
+from gyrectl.coordinator.ports import (
+    Batches,
+    CellServers,
+    Checkpoints,
+    Clock,
+    Executions,
+    ResidentTrainers,
+    StepBuilder,
+)
+from gyrectl.coordinator.recovery import (
+    EndTraining,
+    ForgetServer,
+    GiveUp,
+    LoseCell,
+    PlaceCell,
+    Recovery,
+    ReleaseTrainer,
+    RestartServer,
+    RetryTraining,
+    RouteServer,
+    SleepDrained,
+    StopDrained,
+    recover,
+)
 from gyrectl.coordinator.state import CoordinatorState, Phase
 from gyrectl.errors import RuntimeFailure
 

@@ -2,8 +2,9 @@
 
 A restarted coordinator gets the very state it had when it stopped from :func:`replay` of the
 journal's events (the policy being pure, it then makes the same decisions); ``gyrectl status``
-replays them the same way, so what it shows is what a restarted coordinator would believe. A damaged line costs only its own
-event: it is skipped and reported (:func:`read_journal`), the rest is replayed.
+replays them the same way, so what it shows is what a restarted coordinator would believe. A
+damaged line costs only its own event: it is skipped and reported (:func:`read_journal`), the rest
+is replayed.
 """
 
 from __future__ import annotations

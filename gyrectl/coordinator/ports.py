@@ -2,10 +2,11 @@
 dispatches and hears end, the cell servers it routes, sleeps, wakes and syncs, the batches
 training steps claim, the clock it waits on, and the builder of the steps it starts. Real ones
 (:mod:`gyrectl.rollout`) run processes, talk HTTP and sleep; the simulated ones (:mod:`gyrectl.sim`)
-share a virtual clock with the simulated cluster. The step builder (:mod:`gyrectl.launch.steps`) knows the engines' command
-lines; the coordinator only asks it for ``StepSpec``s. Resident trainer groups are asked for steps
-through the run directory (:mod:`gyrectl.launch.trainers`) or the simulated world. Old weights
-versions are removed by the head's checkpoint retention (:mod:`gyrectl.launch.retention`)."""
+share a virtual clock with the simulated cluster. The step builder (:mod:`gyrectl.launch.steps`)
+knows the engines' command lines; the coordinator only asks it for ``StepSpec``s. Resident trainer
+groups are asked for steps through the run directory (:mod:`gyrectl.launch.trainers`) or the
+simulated world. Old weights versions are removed by the head's checkpoint retention
+(:mod:`gyrectl.launch.retention`)."""
 
 from __future__ import annotations
 

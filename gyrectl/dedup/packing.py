@@ -94,8 +94,9 @@ def _concatenate(pieces: Sequence[WeightedTree], budget: int) -> PackedMicroBatc
     return PackedMicroBatch(
         input_ids=np.concatenate([p.tokens for p in pieces]).astype(np.int64),
         position_ids=np.concatenate([p.depth for p in pieces]).astype(np.int64),
-        parent_index=np.concatenate([np.where(p.parent >= 0, p.parent + b, -1) for p, b in zip(pieces, base)]),
-        subtree_end=np.concatenate([p.subtree_end + b for p, b in zip(pieces, base)]),
+        parent_index=np.concatenate([np.where(p.parent >= 0, p.parent + b, -1)
+                                     for p, b in zip(pieces, base, strict=True)]),
+        subtree_end=np.concatenate([p.subtree_end + b for p, b in zip(pieces, base, strict=True)]),
         loss_weight=np.concatenate([p.loss_weight for p in pieces]).astype(np.float32),
         behaviour_logprob=np.concatenate([p.logprob for p in pieces]).astype(np.float32),
         weight_version=np.concatenate([p.weight_version for p in pieces]).astype(np.int64),

@@ -51,10 +51,10 @@ def paths_dedup(trees: Sequence[TokenTree], *, j_max: int, seed: int = 0,
     rng = np.random.default_rng(seed)
     unions = [union_of_paths(tree, sample_paths(tree, j_max=j_max, rng=rng, role_priority=role_priority))
               for tree in trees]
-    trained = [int(np.count_nonzero(tree.trainable & keep)) for tree, keep in zip(trees, unions)]
+    trained = [int(np.count_nonzero(tree.trainable & keep)) for tree, keep in zip(trees, unions, strict=True)]
     num_executions = sum(1 for n in trained if n)
     out = []
-    for tree, keep, n in zip(trees, unions, trained):
+    for tree, keep, n in zip(trees, unions, trained, strict=True):
         scale = 1.0 / (n * num_executions) if n else 0.0
         out.append(WeightedTree.of(tree, (tree.trainable & keep) * scale).restrict(keep))
     return out

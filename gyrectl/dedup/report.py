@@ -45,7 +45,7 @@ class DedupCounts:
         return self.naive_tokens / self.unique_tokens if self.unique_tokens else 0.0
 
     def __add__(self, other: DedupCounts) -> DedupCounts:
-        return DedupCounts(*(a + b for a, b in zip(asdict(self).values(), asdict(other).values())))
+        return DedupCounts(*(a + b for a, b in zip(asdict(self).values(), asdict(other).values(), strict=True)))
 
     def to_json(self) -> dict:
         return {**asdict(self), "dedup_ratio": round(self.dedup_ratio, 4)}
@@ -108,7 +108,7 @@ def replay_report(recorded: Recorded, *, step: int | None = None, execution: str
         ExecutionReport(execution=tree.execution, info=recorded.info.get(tree.execution, ExecutionInfo()),
                         counts=_counts(tree, paths), tree=tree,
                         weight_versions=tuple(int(v) for v in np.unique(tree.weight_version) if v >= 0))
-        for tree, paths in zip(trees, sampled)), skipped=tuple(recorded.skipped),
+        for tree, paths in zip(trees, sampled, strict=True)), skipped=tuple(recorded.skipped),
         unrecoverable={e: n for e, n in recorded.unrecoverable.items() if wanted(e)})
 
 

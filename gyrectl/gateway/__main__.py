@@ -70,7 +70,8 @@ def main() -> None:
     parser.add_argument("--admin-token-file", help="the token the admin routes take (none: admin routes off)")
     parser.add_argument("--server-key-file", help="the rollout servers' API key, sent on every upstream call")
     parser.add_argument("--records", required=True,
-                        help="where the calls are appended: a capture store (as the head writes) if it ends in .seg, else JSONL")
+                        help="where the calls are appended: a capture store (as the head writes) if it ends in "
+                             ".seg, else JSONL")
     parser.add_argument("--server", action="append", default=[], help="NAME=URL of a rollout server")
     parser.add_argument("--models", nargs="+", default=["tiny"])
     parser.add_argument("--host", default="127.0.0.1")
@@ -87,7 +88,8 @@ def main() -> None:
                         help="the event loop (the head's gateway runs on uvloop; asyncio to compare)")
     args = parser.parse_args()
     settings = settings_from(args)
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop if args.loop == "uvloop" else asyncio.new_event_loop) as runner:
+    loop_factory = uvloop.new_event_loop if args.loop == "uvloop" else asyncio.new_event_loop
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
         runner.run(serve(args, settings))
 
 

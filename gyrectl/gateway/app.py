@@ -26,16 +26,22 @@ from aiohttp import web
 from gyrectl.gateway import anthropic, chat, completions, relay, wire_json
 from gyrectl.gateway.auth import Caller, identify, is_admin, presented_key
 from gyrectl.gateway.capture import CallContext
+from gyrectl.gateway.commit import GroupCommit
 from gyrectl.gateway.engine import EngineDeps, Generation
 from gyrectl.gateway.errors import GatewayError, bad_request, forbidden, unauthorized, unavailable
 from gyrectl.gateway.pool import ServerPool
-from gyrectl.gateway.commit import GroupCommit
 from gyrectl.gateway.settings import GatewaySettings
 from gyrectl.gateway.sink import CallSink
 from gyrectl.gateway.sse import DONE, encode
 from gyrectl.gateway.upstream import Upstream, UpstreamRejected
-from gyrectl.gateway.validate import (check_request, drain_grace, execution_settings, parse_body, server_entry,
-                                      weight_version)
+from gyrectl.gateway.validate import (
+    check_request,
+    drain_grace,
+    execution_settings,
+    parse_body,
+    server_entry,
+    weight_version,
+)
 
 _APIS = {"/v1/chat/completions": "chat", "/v1/completions": "completions",
          "/v1/responses": "responses", "/v1/messages": "messages"}

@@ -53,7 +53,7 @@ class Upstream:
         async with self._open(lease, path, body, request_id=request_id, abort_ids=abort_ids) as response:
             try:
                 raw = await response.read()
-            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, aiohttp.ClientError) as exc:
                 raise UpstreamLost(f"{lease.server}: {exc!r}") from exc
         return _reply(lease, raw)
 
@@ -74,7 +74,7 @@ class Upstream:
                         if event.data == DONE:
                             return
                         yield event.event, _reply(lease, event.data)
-            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, aiohttp.ClientError) as exc:
                 raise UpstreamLost(f"{lease.server}: {exc!r}") from exc
         if ends_with_done or lease.cancelled:
             # Closed by our own cancel, or the server went away between two events.
@@ -89,7 +89,7 @@ class Upstream:
         headers = {"X-Request-Id": request_id, "Content-Type": "application/json"}
         try:
             response = await self._session.post(lease.url + path, data=wire_json.dumps(body), headers=headers)
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise UpstreamLost(f"{lease.server}: {exc!r}") from exc
         lease.on_cancel(lambda: self._cancel(lease, response, abort_ids))
         try:

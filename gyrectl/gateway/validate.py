@@ -182,7 +182,8 @@ def execution_settings(body: dict[str, Any]) -> tuple[int | None, dict[str, Any]
     """``(min_version, sampling)`` of ``POST /admin/executions/ID``; either may be absent."""
     version, sampling = body.get("min_version"), body.get("sampling")
     if sampling is not None and not (isinstance(sampling, dict) and all(
-            isinstance(value, str | bool) or _is(value, (int, float)) and _finite(value) for value in sampling.values())):
+            isinstance(value, str | bool) or _is(value, (int, float)) and _finite(value)
+            for value in sampling.values())):
         raise bad_request(f"'sampling' must be an object of request fields with number, string or boolean "
                           f"values, got {sampling!r}.", param="sampling")
     return None if version is None else _version(version, "min_version"), sampling

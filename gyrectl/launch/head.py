@@ -83,8 +83,8 @@ def run_head(run_path: str) -> str:
                             "harness_nodes": [n.name for n in cluster.harness_nodes()]})
             log.info("nodes: %s", ", ".join(n.name for n in [*nodes, *cluster.harness_nodes()]))
             if runnable(config):
-                final = run_loop(run=run, config=config, cluster=cluster, nodes=nodes, table=table, launch_dir=Path.cwd(),
-                                 stopped=stopped)
+                final = run_loop(run=run, config=config, cluster=cluster, nodes=nodes, table=table,
+                                 launch_dir=Path.cwd(), stopped=stopped)
                 completed = final.done
             else:  # an allocation without a loop to run: hold it until stopped
                 while not stopped():

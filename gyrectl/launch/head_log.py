@@ -15,9 +15,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from gyrectl.coordinator.events import (CellLost, CellPlaced, EvalEnded, Event, Finished, PhaseChanged, Resumed,
-                                        StepFailed, TrainEnded, TrainerReleased, TrainRetried, TrainStarted,
-                                        WeightsSynced)
+from gyrectl.coordinator.events import (
+    CellLost,
+    CellPlaced,
+    EvalEnded,
+    Event,
+    Finished,
+    PhaseChanged,
+    Resumed,
+    StepFailed,
+    TrainEnded,
+    TrainerReleased,
+    TrainRetried,
+    TrainStarted,
+    WeightsSynced,
+)
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 

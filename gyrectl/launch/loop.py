@@ -23,17 +23,17 @@ from pathlib import Path
 
 from gyrectl.capture.store import CaptureWriter
 from gyrectl.cluster.base import HARNESS_GROUP, Cluster, Node
+from gyrectl.config.placement import replicas_per_cell
 from gyrectl.config.schema import Config
 from gyrectl.coordinator.actuator import Actuator, cells_of
 from gyrectl.coordinator.events import CellLost, CellPlaced, Event, PhaseChanged, Resumed, apply
 from gyrectl.coordinator.journal import Journal, read_events, replay
 from gyrectl.coordinator.loop import run_coordinator
 from gyrectl.coordinator.state import CoordinatorState, Phase, limits_from_config
-from gyrectl.config.placement import replicas_per_cell
 from gyrectl.gateway.background import BackgroundGateway
 from gyrectl.gateway.control import GatewayControl
-from gyrectl.gateway.processes import GatewayProcesses
 from gyrectl.gateway.limits import raise_open_files
+from gyrectl.gateway.processes import GatewayProcesses
 from gyrectl.gateway.settings import GatewaySettings
 from gyrectl.launch.head_log import event_line
 from gyrectl.launch.preflight import harness_argv
@@ -46,8 +46,8 @@ from gyrectl.rollout.harnesses import HarnessSettings
 from gyrectl.rollout.live import live_rollouts
 from gyrectl.rollout.load import LoadPublisher
 from gyrectl.rollout.resume import carry_over
-from gyrectl.rollout.sandbox import Sandbox
 from gyrectl.rollout.reward import load_verifier
+from gyrectl.rollout.sandbox import Sandbox
 from gyrectl.rollout.server import served_model_name
 from gyrectl.rollout.tasks import load_tasks
 from gyrectl.rollout.weights import HttpWeightSync
@@ -63,7 +63,8 @@ class NodeRoles:
     """The journal as the coordinator's event sink, keeping ``nodes.json`` roles in step and
     telling ``logs/head.log`` what happened."""
 
-    def __init__(self, run: RunDir, journal: Journal, table: list[dict[str, object]], cell_nodes: list[tuple[str, ...]]):
+    def __init__(self, run: RunDir, journal: Journal, table: list[dict[str, object]],
+                 cell_nodes: list[tuple[str, ...]]):
         self._run, self._journal, self._table, self._cell_nodes = run, journal, table, list(cell_nodes)
         self._workers = [row for row in table if row["het_group"] == 1]
         for row in table:
@@ -128,7 +129,8 @@ def run_loop(*, run: RunDir, config: Config, cluster: Cluster, nodes: Sequence[N
     harness = HarnessSettings(command=tuple(harness_argv(config.rollout.harness_command, launch_dir)),
                               launch_dir=launch_dir, env={"OPENAI_API_KEY": token, "OPENAI_MODEL": served},
                               time_limit_s=config.rollout.execution_time_limit_s,
-                              sandbox=harness_sandbox(config, run, launch_dir), keep_workdirs=config.rollout.keep_workdirs)
+                              sandbox=harness_sandbox(config, run, launch_dir),
+                              keep_workdirs=config.rollout.keep_workdirs)
     if harness_nodes:  # each agent checks the sandbox's program on its own node
         harnesses = RemoteHarnesses(run=run, cluster=cluster, nodes=harness_nodes, settings=harness)
     else:

@@ -1,2 +1,3 @@
-"""Policy models: building the tiny local model and loading any HF-format checkpoint.
+"""Policy models: building the tiny local model, importing SmolLM2-135M-Instruct (any GGUF
+model) as an HF folder, and loading any HF-format checkpoint.
 May import: nothing of gyrectl."""

@@ -19,8 +19,8 @@ launch directory (it is usually inside it), and the working directory after the 
 
 from __future__ import annotations
 
-import sys
 import shutil
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from gyrectl.cluster.backend import JobView, backend_named, read_job_record
 from gyrectl.config.schema import Config
@@ -26,13 +27,23 @@ from gyrectl.coordinator.actuator import group_cells
 from gyrectl.coordinator.events import Event
 from gyrectl.coordinator.journal import read_journal, replay
 from gyrectl.coordinator.state import limits_from_config
-from gyrectl.coordinator.views import (CellRow, ExecutionCounts, Move, TrainingRow, cell_rows, execution_counts, moves,
-                                       placed_cells, training_row)
+from gyrectl.coordinator.views import (
+    CellRow,
+    ExecutionCounts,
+    Move,
+    TrainingRow,
+    cell_rows,
+    execution_counts,
+    moves,
+    placed_cells,
+    training_row,
+)
 from gyrectl.run.files import EVAL_SUMMARY, STEP_METRICS, check_fields, read_nodes, read_servers, run_config
 from gyrectl.run.rundir import DamagedRunFile, RunDir
 from gyrectl.status.rows import EvalRow, NodeRow, ServerRow, StepRow
 from gyrectl.store.damage import Skipped
 from gyrectl.store.jsonl import JsonlContents, scan_jsonl
+
 
 @dataclass(frozen=True)
 class RunView:

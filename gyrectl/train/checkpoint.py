@@ -34,8 +34,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_optimizer_state_dict,
-                                                     set_model_state_dict, set_optimizer_state_dict)
+from torch.distributed.checkpoint.state_dict import (
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
 
 from gyrectl.errors import UserError
 from gyrectl.run.rundir import RunDir
@@ -86,7 +90,7 @@ def restore_trainer_state(*, run: RunDir, version: int, model: torch.nn.Module, 
         set_model_state_dict(model, state["model"])
     lrs = [group["lr"] for group in optimizer.param_groups]
     set_optimizer_state_dict(model, optimizer, optim_state_dict=state["optimizer"])
-    for group, lr in zip(optimizer.param_groups, lrs):
+    for group, lr in zip(optimizer.param_groups, lrs, strict=True):
         group["lr"] = lr  # the config's learning rate wins over the saved one
     return True
 

@@ -42,7 +42,7 @@ def group_advantages(*, rewards: Mapping[str, float], groups: Mapping[str, str])
     for group in members.values():
         r = np.array([rewards[e] for e in group], dtype=np.float64)
         scaled = np.zeros_like(r) if len(r) == 1 else (r - r.mean()) / (r.std() + ADVANTAGE_EPS)
-        out.update(zip(group, scaled.tolist()))
+        out.update(zip(group, scaled.tolist(), strict=True))
     return out
 
 
@@ -66,7 +66,7 @@ class LossStats:
     num_kl_tokens: float = 0.0
 
     def __add__(self, other: LossStats) -> LossStats:
-        return LossStats(*(a + b for a, b in zip(self.as_tuple(), other.as_tuple())))
+        return LossStats(*(a + b for a, b in zip(self.as_tuple(), other.as_tuple(), strict=True)))
 
     def as_tuple(self) -> tuple[float, ...]:
         return (self.num_tokens, self.num_clipped, self.importance_weight_sum, self.kl_sum, self.num_kl_tokens)

@@ -22,7 +22,6 @@ from collections.abc import Callable
 import torch
 from torch.distributed.tensor import DTensor
 
-
 _SHARDED: weakref.WeakKeyDictionary[torch.optim.Optimizer, dict[tuple[int, str], tuple]] = weakref.WeakKeyDictionary()
 """While offloaded: how to rebuild each optimizer-state DTensor around its local shard (its mesh,
 placements, global shape and stride). The shard is kept as a plain tensor meanwhile, because

@@ -228,7 +228,7 @@ def _memory_gb(memory: MemoryMeter, *, world: World) -> dict:
     (the highest any rank's memory was), in GB; both empty where memory cannot be read."""
     spans = sorted(memory.added)
     tops = max_over_ranks([memory.peak, *(memory.added[s] for s in spans)], world=world)
-    return {"memory_gb": {s: round(v / GB, 4) for s, v in zip(spans, tops[1:])},
+    return {"memory_gb": {s: round(v / GB, 4) for s, v in zip(spans, tops[1:], strict=True)},
             "peak_memory_gb": round(tops[0] / GB, 4) if spans else None}
 
 

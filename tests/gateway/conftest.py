@@ -26,6 +26,7 @@ from gyrectl.gateway import GatewaySettings, JsonlCallSink
 from gyrectl.gateway.background import BackgroundGateway
 from gyrectl.rollout.server import rollout_server
 from gyrectl.store.jsonl import read_records
+
 from gateway_keys import ADMIN_TOKEN, SERVER_KEY, TOKEN
 
 NUM_SERVERS = 2

@@ -9,8 +9,15 @@ import asyncio
 import json
 import sys
 
-from agents import (Agent, ModelBehaviorError, ModelSettings, OpenAIChatCompletionsModel, OpenAIResponsesModel, Runner,
-                    set_tracing_disabled)
+from agents import (
+    Agent,
+    ModelBehaviorError,
+    ModelSettings,
+    OpenAIChatCompletionsModel,
+    OpenAIResponsesModel,
+    Runner,
+    set_tracing_disabled,
+)
 from openai import AsyncOpenAI
 
 

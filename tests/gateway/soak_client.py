@@ -30,7 +30,7 @@ async def session(http: aiohttp.ClientSession, url: str, token: str, index: int,
                 out["errors"].append(f"{index}: HTTP {response.status}")
                 return
             text = (await response.read()).decode()
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
         out["errors"].append(f"{index}: {exc!r}")
         return
     events = [line[len("data: "):] for line in text.split("\n") if line.startswith("data: ")]

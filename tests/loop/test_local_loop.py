@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from gyrectl.config import load_config
-from gyrectl.coordinator.journal import read_events
-from gyrectl.coordinator.events import PhaseChanged, WeightsSynced
-from gyrectl.coordinator.state import Phase
 from gyrectl.capture.store import read_store
+from gyrectl.config import load_config
+from gyrectl.coordinator.events import PhaseChanged, WeightsSynced
+from gyrectl.coordinator.journal import read_events
+from gyrectl.coordinator.state import Phase
 from gyrectl.run.rundir import RunDir
 
 pytestmark = [pytest.mark.loop, pytest.mark.vllm, pytest.mark.slow]

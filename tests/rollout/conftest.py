@@ -17,6 +17,7 @@ from gyrectl.launch.steps import step_factory
 from gyrectl.rollout.health import step_alive, wait_healthy
 from gyrectl.rollout.server import server_url
 from gyrectl.run.rundir import RunDir
+
 from rollout_cases import PROMPT, LiveServer
 
 

@@ -218,7 +218,8 @@ def test_native_tool_calls_are_run_and_answered(harness_module):
     agent.act({"content": "", "tool_calls": [
         {"id": "c1", "type": "function", "function": {"name": "calculator", "arguments": '{"expression": "17 + 25"}'}},
         {"id": "c2", "type": "function", "function": {"name": "notes", "arguments": '{"text": "sum is 42"}'}},
-        {"id": "c3", "type": "function", "function": {"name": "calculator", "arguments": '{"expression": "__import__(1)"}'}}]})
+        {"id": "c3", "type": "function",
+         "function": {"name": "calculator", "arguments": '{"expression": "__import__(1)"}'}}]})
     assert [(m["role"], m.get("content")) for m in agent.messages[3:]] == [
         ("tool", "42"), ("tool", "1 notes saved; numbers in them: 42"), ("tool", "error: not arithmetic")]
     agent.act({"content": "so CALC: (2 + 3) * 4", "tool_calls": []})  # plain text, as a tiny model writes

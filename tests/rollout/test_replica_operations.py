@@ -18,6 +18,7 @@ from gyrectl.rollout.live import live_rollouts
 from gyrectl.rollout.load import LoadPublisher
 from gyrectl.rollout.replicas import CellServer
 from gyrectl.rollout.weights import HttpWeightSync
+
 from rollout_cases import LiveServer
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -62,7 +63,8 @@ def test_every_replica_of_a_cell_is_routed_drained_slept_woken_and_synced(live_s
             assert time.monotonic() < deadline, "the cell's replicas did not sync"
             events += rollouts.executions.poll()
             time.sleep(0.1)
-        assert [e for e in events if isinstance(e, WeightsSynced)] == [WeightsSynced(cell=0, version=0, at=events[-1].at)]
+        assert [e for e in events if isinstance(e, WeightsSynced)] == [WeightsSynced(cell=0, version=0,
+                                                                                     at=events[-1].at)]
         assert {v.name: v.weight_version for v in gateway.servers()} == {"cell0.0": 0, "cell0.1": 0}
         assert server.greedy()  # still serving after two reloads
     finally:

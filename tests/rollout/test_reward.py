@@ -6,8 +6,7 @@ import math
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from gyrectl.errors import UserError
 from gyrectl.rollout.reward import Scored, load_verifier, score_execution

@@ -23,8 +23,16 @@ import pytest
 from gyrectl.coordinator.events import PhaseChanged, StepFailed, TrainEnded, TrainRetried, TrainStarted
 from gyrectl.coordinator.state import Phase
 
-from runs import (batches, events, execution_records, launch_loop, reused_step_under_way, slurm_steps, status,
-                  wait_until_ended)
+from runs import (
+    batches,
+    events,
+    execution_records,
+    launch_loop,
+    reused_step_under_way,
+    slurm_steps,
+    status,
+    wait_until_ended,
+)
 
 pytestmark = [pytest.mark.usefixtures("slurm_cluster"), pytest.mark.vllm, pytest.mark.loop, pytest.mark.slow]
 STEPS = 4

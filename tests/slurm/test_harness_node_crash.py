@@ -20,8 +20,17 @@ import pytest
 
 from gyrectl.coordinator.events import TrainEnded
 
-from runs import (batches, crash_node, events, execution_records, idle_nodes, launch_loop, status, wait_for,
-                  wait_until_ended)
+from runs import (
+    batches,
+    crash_node,
+    events,
+    execution_records,
+    idle_nodes,
+    launch_loop,
+    status,
+    wait_for,
+    wait_until_ended,
+)
 
 pytestmark = [pytest.mark.usefixtures("slurm_cluster"), pytest.mark.vllm, pytest.mark.loop, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]

@@ -68,7 +68,7 @@ def test_every_replica_drains_when_its_cell_trains_and_returns_synced(watched) -
     run_dir, _, views = watched
     phases = [(e.cell, e.phase) for e in events(run_dir) if isinstance(e, PhaseChanged)]
     assert {(0, Phase.DRAINING), (1, Phase.DRAINING), (0, Phase.RETURNING), (1, Phase.RETURNING)} <= set(phases)
-    for name, cell in CELLS.items():
+    for name in CELLS:
         history = []  # (routed, weight version) of the replica, view by view
         for v in views:
             row = next((r for r in v.get("servers") or () if r["name"] == name), None)

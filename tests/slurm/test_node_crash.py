@@ -23,8 +23,18 @@ import pytest
 from gyrectl.coordinator.events import CellLost, CellPlaced, Finished, PhaseChanged, TrainEnded, TrainStarted
 from gyrectl.coordinator.state import Phase
 
-from runs import (batches, crash_node, events, execution_records, idle_nodes, launch_loop, reused_step_under_way,
-                  status, wait_for, wait_until_ended)
+from runs import (
+    batches,
+    crash_node,
+    events,
+    execution_records,
+    idle_nodes,
+    launch_loop,
+    reused_step_under_way,
+    status,
+    wait_for,
+    wait_until_ended,
+)
 
 pytestmark = [pytest.mark.usefixtures("slurm_cluster"), pytest.mark.vllm, pytest.mark.loop, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
@@ -40,8 +50,8 @@ def _launch_beside_another_users_job(cli, tiny_model_dir: Path, root: Path, name
     """The other user's job holds every node the run does not take, so a lost cell can come back
     only on the node that crashed."""
     wait_for(lambda: idle_nodes() == 5, timeout=120, what="an idle cluster")
-    blocker = subprocess.run(["sbatch", "--parsable", "-N2", "-c4", "-J", "other-user", "-o", "/dev/null", "--wrap", "sleep 3000"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    blocker = subprocess.run(["sbatch", "--parsable", "-N2", "-c4", "-J", "other-user", "-o", "/dev/null",
+                              "--wrap", "sleep 3000"], capture_output=True, text=True, check=True).stdout.strip()
     run_dir = launch_loop(cli, root=root, model=tiny_model_dir, name=name,
                           extra=("--set", f"run.steps={STEPS}", "--set", f"training.batch_executions={BATCH}",
                                  "--set", "rollout.execution_time_limit_s=400"))
@@ -62,15 +72,17 @@ def crashed(cli, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory)
         crash_node(victim)
         try:
             wait_for(lambda: "down" in _node_state(victim), timeout=120, what=f"Slurm to mark {victim} down")
-            lost_view = wait_for(lambda: (v := status(cli, run_dir)) and v["cells"][victim_cell["id"]]["phase"] == "lost"
-                                 and v, timeout=60, what="status to show the cell lost")
+            lost_view = wait_for(lambda: (v := status(cli, run_dir))
+                                 and v["cells"][victim_cell["id"]]["phase"] == "lost" and v,
+                                 timeout=60, what="status to show the cell lost")
             # The run goes on without it: more executions finish after the loss.
             finished_then = lost_view["executions"]["finished"]
             wait_for(lambda: status(cli, run_dir)["executions"]["finished"] >= finished_then + 4, timeout=600,
                      what="executions to finish with one cell")
             down_while_lost = _node_state(victim)
         finally:
-            subprocess.run(["bash", str(REPO / "tests/slurm/up.sh")], check=True, capture_output=True)  # the node returns
+            # the node returns
+            subprocess.run(["bash", str(REPO / "tests/slurm/up.sh")], check=True, capture_output=True)
         returned_at = time.time()
         final = wait_until_ended(cli, run_dir, timeout=1500)
     finally:

@@ -16,6 +16,7 @@ from gyrectl.config.schema import DedupConfig
 from gyrectl.errors import UserError
 from gyrectl.train.batch import build_step_batch, read_batch_file
 from gyrectl.train.step import micro_batch_loss
+
 from naive_paths import sequence, unique_trie_positions
 from train_run import TRAINING, make_run, naive_grpo_loss, record_calls, rollouts, write_batch
 

@@ -33,6 +33,7 @@ from gyrectl.train.batch import StepBatch, build_step_batch, read_batch_file
 from gyrectl.train.mask import dense_tree_mask, flex_tree_mask, tree_mask_for
 from gyrectl.train.policy_load import attention_for
 from gyrectl.train.step import micro_batch_loss
+
 from agent_shapes import Harness
 from train_run import TRAINING, Rollout, make_run, record_calls, rollouts, write_batch
 

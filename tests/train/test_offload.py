@@ -33,7 +33,7 @@ def test_offloaded_state_trains_on_exactly_as_the_original(tiny_model_dir):
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
 
-        for model, optimizer in zip(models, optimizers):
+        for model, optimizer in zip(models, optimizers, strict=True):
             step(model, optimizer)
         offload(models[1], optimizers[1], device=world.device)
         exp_avg = [_local(s["exp_avg"]) for s in optimizers[1].state.values()]
@@ -47,9 +47,9 @@ def test_offloaded_state_trains_on_exactly_as_the_original(tiny_model_dir):
             assert not any(type(s["exp_avg"]).__name__ == "DTensor" for s in optimizers[1].state.values())
             restore_state(optimizers[1], lambda t: t.clone())
         assert all(type(s["exp_avg"]).__name__ == "DTensor" for s in optimizers[1].state.values())
-        for model, optimizer in zip(models, optimizers):
+        for model, optimizer in zip(models, optimizers, strict=True):
             step(model, optimizer)
-        for a, b in zip(models[0].parameters(), models[1].parameters()):
+        for a, b in zip(models[0].parameters(), models[1].parameters(), strict=True):
             assert torch.equal(a.full_tensor(), b.full_tensor())
     finally:
         close_world()

@@ -20,8 +20,18 @@ from gyrectl.run.files import write_train_request
 from gyrectl.run.rundir import RunDir
 from gyrectl.store.jsonl import read_records
 from gyrectl.train.step import step_line
-from train_run import (make_run, read_weights, record_calls, resident_log, resident_step, rollouts, torchrun_step,
-                       train_step, write_batch)
+
+from train_run import (
+    make_run,
+    read_weights,
+    record_calls,
+    resident_log,
+    resident_step,
+    rollouts,
+    torchrun_step,
+    train_step,
+    write_batch,
+)
 
 STEP0 = {"e0": ("t0", 1.0), "e1": ("t0", 0.0), "e2": ("t1", 0.25), "e3": ("t1", 0.5)}
 STEP1 = {"e10": ("t0", 0.0), "e11": ("t0", 1.0), "e12": ("t2", 0.75), "e13": ("t2", 0.5)}

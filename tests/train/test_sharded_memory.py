@@ -20,6 +20,7 @@ from gyrectl.model.tiny import TinyModelSpec, build_tiny_model
 from gyrectl.plan.memory import memory_plan
 from gyrectl.plan.shape import model_shape
 from gyrectl.store.jsonl import read_records
+
 from train_run import TRAINING, make_run, record_calls, rollouts, torchrun_step, write_batch
 
 pytestmark = pytest.mark.torchrun
@@ -42,7 +43,8 @@ def two_steps(tmp_path_factory, tiny_model):
         write_batch(run, step=step, batch=batch)
         done = torchrun_step(run, step=step, nproc=RANKS, env=TIGHT_MALLOC)
         assert done.returncode == 0, done.stderr[-4000:]
-    return params, list(read_records(run.metrics_file)), memory_plan(load_config(run.config_file), model_shape(str(model_dir)))
+    return (params, list(read_records(run.metrics_file)),
+            memory_plan(load_config(run.config_file), model_shape(str(model_dir))))
 
 
 def test_no_rank_holds_the_full_optimizer_state(two_steps):

@@ -12,8 +12,17 @@ from gyrectl.config import dump_config, load_config
 from gyrectl.errors import UserError
 from gyrectl.store.jsonl import read_records
 from gyrectl.train.step import run_step
-from train_run import (TRAINING, make_run, read_trainer_state, read_weights, record_calls, rollouts, train_step,
-                       write_batch)
+
+from train_run import (
+    TRAINING,
+    make_run,
+    read_trainer_state,
+    read_weights,
+    record_calls,
+    rollouts,
+    train_step,
+    write_batch,
+)
 
 
 def test_missing_weights_are_a_user_error(tmp_path, tiny_model_dir):
@@ -129,7 +138,8 @@ def test_with_activation_checkpointing_each_layer_runs_again_in_the_backward_pas
             model = load_policy(empty_policy(run=run, version=0, device=world.device), run=run, version=0,
                                 world=world, compute_dtype=torch.float32, activation_checkpointing=checkpointing)
             calls = []  # a pre-hook: a recompute stops as soon as it has what the backward needs
-            model.model.layers[0].mlp.register_forward_pre_hook(lambda *_: calls.append(1))
+            # B023: the hook is on this iteration's model, which runs before ``calls`` is rebound
+            model.model.layers[0].mlp.register_forward_pre_hook(lambda *_: calls.append(1))  # noqa: B023
             model(input_ids=torch.arange(16)[None], use_cache=False).logits.sum().backward()
             runs.append(len(calls))
         assert runs == [1, 2]

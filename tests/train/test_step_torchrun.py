@@ -20,8 +20,19 @@ from gyrectl.run.rundir import RunDir
 from gyrectl.store.jsonl import read_records
 from gyrectl.train.checkpoint import trainer_state_dir
 from gyrectl.train.grpo import group_advantages
-from train_run import (TRAINING, make_run, naive_grpo_loss, read_trainer_state, read_weights, record_calls, rollouts,
-                       torchrun_step, train_step, write_batch)
+
+from train_run import (
+    TRAINING,
+    make_run,
+    naive_grpo_loss,
+    read_trainer_state,
+    read_weights,
+    record_calls,
+    rollouts,
+    torchrun_step,
+    train_step,
+    write_batch,
+)
 
 pytestmark = pytest.mark.torchrun
 
@@ -197,7 +208,7 @@ def test_step1_resumed_on_two_ranks_from_one_gives_the_weights_of_one(tiny_model
     assert train_step(run, step=0).returncode == 0
     write_step1(run, tiny_model)
     same_size = RunDir(shutil.copytree(run.path, tmp_path / "same-size"))
-    for target, done in ((run, torchrun_step(run, step=1)), (same_size, train_step(same_size, step=1))):
+    for _target, done in ((run, torchrun_step(run, step=1)), (same_size, train_step(same_size, step=1))):
         assert done.returncode == 0, done.stderr[-4000:]
     assert [line["world_size"] for line in metrics(run)] == [1, 2]
     assert [line["world_size"] for line in metrics(same_size)] == [1, 1]

@@ -17,13 +17,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from agent_shapes import all_patterns
 from gyrectl.capture.record import CallRecord
 from gyrectl.capture.store import CaptureWriter
 from gyrectl.config import dump_config
 from gyrectl.config.schema import Config, DedupConfig, ModelConfig, RunConfig, TrainingConfig
 from gyrectl.run.rundir import RunDir
 from gyrectl.train.grpo import policy_loss
+
+from agent_shapes import all_patterns
 from naive_paths import path_nll, root_to_leaf_paths, sequence, trainable_positions
 
 REPO = Path(__file__).resolve().parents[2]

@@ -7,6 +7,7 @@ with a tuple, list or set of strings (``in``), fails with the file and line."""
 from __future__ import annotations
 
 import ast
+import itertools
 from pathlib import Path
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2] / "gyrectl"
@@ -45,7 +46,7 @@ def name_comparisons(tree: ast.AST) -> list[int]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Compare):
             sides = [node.left, *node.comparators]
-            if any(_named(a) and _strings(b) or _strings(a) and _named(b) for a, b in zip(sides, sides[1:])):
+            if any(_named(a) and _strings(b) or _strings(a) and _named(b) for a, b in itertools.pairwise(sides)):
                 lines.append(node.lineno)
     return lines
 

@@ -14,7 +14,6 @@ import pytest
 from gyrectl.config import dump_config, load_config
 from gyrectl.run.files import read_cells
 from gyrectl.run.rundir import DamagedRunFile, RunDir
-
 from tests.conftest import REPO
 
 MARKUP = "[/x]"  # rich reads it as a closing tag: printed with markup on, it raised MarkupError

@@ -10,6 +10,7 @@ import itertools
 from gyrectl.capture.index import ENTRY, index_path, lookup
 from gyrectl.capture.store import CaptureWriter, read_store, scan
 from gyrectl.capture.stored import full_records
+
 from agent_shapes import all_patterns
 
 EXECUTIONS = ("a", "b", "c", "d")

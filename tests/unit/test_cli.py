@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 COMMANDS = [[], ["launch"], ["status"], ["stop"], ["config"], ["config", "check"], ["config", "show"],
-            ["config", "docs"], ["model"], ["model", "tiny"], ["plan"], ["replay"], ["simulate"]]
+            ["config", "docs"], ["model"], ["model", "tiny"], ["model", "smollm2"], ["plan"], ["replay"], ["simulate"]]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "gyrectl")
@@ -109,9 +109,12 @@ def test_status_timeline_draws_a_real_runs_journal(cli, tmp_path: Path) -> None:
 
     t0 = 1_796_000_000.0  # wall-clock times, as a real head journals them
     with Journal(run.journal_file) as journal:
-        for event in (PhaseChanged(cell=0, phase=Phase.STARTING, at=t0), PhaseChanged(cell=1, phase=Phase.STARTING, at=t0),
-                      PhaseChanged(cell=0, phase=Phase.ROLLOUT, at=t0 + 30), PhaseChanged(cell=1, phase=Phase.ROLLOUT, at=t0 + 31),
-                      Dispatched(count=32, version=0, at=t0 + 31), PhaseChanged(cell=1, phase=Phase.DRAINING, at=t0 + 90),
+        for event in (PhaseChanged(cell=0, phase=Phase.STARTING, at=t0),
+                      PhaseChanged(cell=1, phase=Phase.STARTING, at=t0),
+                      PhaseChanged(cell=0, phase=Phase.ROLLOUT, at=t0 + 30),
+                      PhaseChanged(cell=1, phase=Phase.ROLLOUT, at=t0 + 31),
+                      Dispatched(count=32, version=0, at=t0 + 31),
+                      PhaseChanged(cell=1, phase=Phase.DRAINING, at=t0 + 90),
                       PhaseChanged(cell=1, phase=Phase.TRAIN, at=t0 + 91),
                       TrainStarted(index=0, cells=(1,), take=(), at=t0 + 91, step_ids=("s",)),
                       TrainEnded(index=0, at=t0 + 120)):
@@ -121,8 +124,9 @@ def test_status_timeline_draws_a_real_runs_journal(cli, tmp_path: Path) -> None:
     assert min(start for _, _, start, _ in segments) == 0.0
 
     # an evaluation is drawn as a labelled line; a line that is no evaluation's summary is left out
-    run.evals_file.write_text(json.dumps({"step": 0, "weight_version": 1, "tasks": 2, "executions": 4, "reward_mean": 0.5,
-                                          "pass_at_1": 0.25, "pass_at_k": 0.5, "k": 2, "at": t0 + 110}) + "\n"
+    run.evals_file.write_text(json.dumps({"step": 0, "weight_version": 1, "tasks": 2, "executions": 4,
+                                          "reward_mean": 0.5, "pass_at_1": 0.25, "pass_at_k": 0.5, "k": 2,
+                                          "at": t0 + 110}) + "\n"
                               + json.dumps({"weight_version": "garbled"}) + "\n")
     png = tmp_path / "roles.png"
     drawn = cli("status", str(run.path), "--timeline", str(png))

@@ -12,7 +12,6 @@ import yaml
 from gyrectl.config import dump_config, load_config, parse_config
 from gyrectl.config.checks import parse_time_limit_s
 from gyrectl.errors import ConfigError
-
 from tests.conftest import REPO
 
 SHIPPED = sorted((REPO / "configs").glob("*.yaml"))
@@ -37,7 +36,8 @@ def test_resolved_config_round_trips() -> None:
 
 
 def test_set_overrides_a_field_and_is_validated() -> None:
-    config = load_config(REPO / "configs/slurm-local.yaml", ["cluster.nodes=8", "run.name=other", "cluster.head.cpus=3"])
+    config = load_config(REPO / "configs/slurm-local.yaml",
+                         ["cluster.nodes=8", "run.name=other", "cluster.head.cpus=3"])
     assert (config.cluster.nodes, config.run.name, config.cluster.head.cpus) == (8, "other", 3)
     with pytest.raises(ConfigError) as info:
         load_config(REPO / "configs/slurm-local.yaml", ["cluster.nodes=many"])

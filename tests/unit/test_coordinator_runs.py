@@ -4,16 +4,16 @@ based), and resuming from the journal."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
-from coordinator_cases import check_invariants, small_config, workload
 from gyrectl.coordinator.events import Dispatched, PhaseChanged, TrainStarted
 from gyrectl.coordinator.journal import Journal, read_events, replay
 from gyrectl.coordinator.loop import run_coordinator
 from gyrectl.coordinator.state import Phase, initial_state
 from gyrectl.scheduler import elastic
 from gyrectl.sim.run import simulate, simulated_actuator, simulated_limits, simulated_world
+
+from coordinator_cases import check_invariants, small_config, workload
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import time
 
-from gyrectl.errors import RuntimeFailure
 from gyrectl.cluster.slurm import deadline as deadline_module
 from gyrectl.cluster.slurm.deadline import SlurmDeadline as Deadline
+from gyrectl.errors import RuntimeFailure
 
 
 def test_outside_a_job_there_is_no_deadline() -> None:

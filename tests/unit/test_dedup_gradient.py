@@ -15,6 +15,7 @@ from gyrectl.dedup.packing import pack
 from gyrectl.dedup.paths import paths_dedup, sample_paths, union_of_paths
 from gyrectl.train.forward import packed_loss
 from gyrectl.train.packed import packed_tensors
+
 from agent_shapes import all_patterns
 from naive_paths import path_nll, root_to_leaf_paths, trainable_positions
 
@@ -96,13 +97,13 @@ def test_paths_mode_gradient_equals_its_naive_definition(tiny_model):
         # Each chosen path forwarded on its own; a token shared by several chosen paths counted
         # once (keyed by its prefix); mean within the execution, then over executions.
         means = []
-        for tree, leaves in zip(built, chosen):
+        for tree, leaves in zip(built, chosen, strict=True):
             records = EXECUTIONS[tree.execution]
             by_prefix = {}
             for leaf in leaves:
                 path = tuple(tree.tokens[union_of_paths(tree, np.array([leaf]))].tolist())
                 positions = trainable_positions(path, records)
-                for t, nll in zip(positions, path_nll(tiny_model, path, positions)):
+                for t, nll in zip(positions, path_nll(tiny_model, path, positions), strict=True):
                     by_prefix.setdefault(path[:t + 1], nll)
             means.append(torch.stack(list(by_prefix.values())).mean())
         return torch.stack(means).mean()

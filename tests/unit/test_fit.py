@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gyrectl.cluster.slurm.cli import PartitionNode
-from gyrectl.config.loader import parse_config
 from gyrectl.cluster.slurm.fit import fit_problems
+from gyrectl.config.loader import parse_config
 
 
 def _config(**cluster):
@@ -13,7 +13,8 @@ def _config(**cluster):
 
 
 def _nodes(partition: str, count: int, *, cpus: int = 8, gpus: int = 4, default: bool = False, first: int = 0):
-    return [PartitionNode(partition, f"{partition}{i}", cpus, gpus, 64000, default) for i in range(first, first + count)]
+    return [PartitionNode(partition, f"{partition}{i}", cpus, gpus, 64000, default)
+            for i in range(first, first + count)]
 
 
 def test_a_partition_with_room_fits() -> None:

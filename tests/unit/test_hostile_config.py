@@ -20,7 +20,6 @@ from gyrectl.cluster.slurm.sbatch import render_for_config
 from gyrectl.config import load_config
 from gyrectl.config.schema import Config
 from gyrectl.errors import ConfigError
-
 from tests.conftest import REPO
 
 BASE = "configs/slurm-local.yaml"  # a Slurm config: `launch --dry-run` renders its script

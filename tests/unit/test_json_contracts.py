@@ -21,8 +21,8 @@ from typer.testing import CliRunner
 from gyrectl.capture.record import CallRecord
 from gyrectl.capture.store import CaptureWriter, scan
 from gyrectl.cli.app import app
-from gyrectl.cluster.slurm import cli as slurm_cli
 from gyrectl.cluster.local.backend import LocalBackend
+from gyrectl.cluster.slurm import cli as slurm_cli
 from gyrectl.cluster.slurm.backend import SlurmBackend
 from gyrectl.cluster.slurm.cli import JobComponent, PartitionNode
 from gyrectl.config import dump_config, load_config
@@ -237,7 +237,8 @@ def test_status_of_a_256_cell_run_asks_slurm_once_for_every_cell_job(monkeypatch
         if argv[0] == "scontrol":
             return subprocess.CompletedProcess(argv, 0, "JobId=100 JobState=RUNNING Reason=None NodeList=n0\n", "")
         ids = argv[argv.index("-j") + 1].split(",")
-        lines = [f"{job}|{'RUNNING' if int(job) % 2 else 'NODE_FAIL'}|None|n{job}" for job in ids[:-1]]  # the last forgotten
+        # the last one forgotten
+        lines = [f"{job}|{'RUNNING' if int(job) % 2 else 'NODE_FAIL'}|None|n{job}" for job in ids[:-1]]
         return subprocess.CompletedProcess(argv, 0, "\n".join(lines) + "\n", "")
 
     monkeypatch.setattr(slurm_cli, "run_slurm", fake)

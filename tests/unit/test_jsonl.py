@@ -9,14 +9,13 @@ import random
 import tempfile
 from pathlib import Path
 
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from gyrectl.store.damage import TORN_TAIL
 from gyrectl.store.jsonl import JsonlAppender, JsonlTail, read_records, scan_jsonl
+
 import damage
 from damage import damage_settings
-
 
 
 def write(path: Path, records: list[dict]) -> list[tuple[int, int]]:
@@ -109,7 +108,8 @@ def _records(seed: int, count: int) -> list[dict]:
 
     return [{"event": rng.choice(["Dispatched", "PhaseChanged", "head_started"]), "at": rng.random() * 1e9,
              "seq": rng.randrange(-5, 10**6), "nodes": [text() for _ in range(rng.randrange(3))],
-             "task": {"prompt": text(), "answer": [rng.randrange(100), {"deep": text()}]} if rng.random() < 0.5 else None,
+             "task": ({"prompt": text(), "answer": [rng.randrange(100), {"deep": text()}]}
+                      if rng.random() < 0.5 else None),
              "ok": rng.random() < 0.5}
             for _ in range(count)]
 
@@ -130,7 +130,7 @@ def _check_damage(records: list[dict], damage) -> None:
 
 
 def _assert_survivors(records: list[dict], spans, hit: range, read: list[dict]) -> None:
-    intact = [r for r, (start, end) in zip(records, spans) if not (start < hit.stop and hit.start < end)]
+    intact = [r for r, (start, end) in zip(records, spans, strict=True) if not (start < hit.stop and hit.start < end)]
     it = iter(read)
     assert all(any(r == got for got in it) for r in intact), "an undamaged record was lost"
 

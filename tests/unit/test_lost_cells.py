@@ -9,19 +9,30 @@ from gyrectl.cluster.base import Cluster, Node, StepSpec, StepState, StepStatus
 from gyrectl.config.loader import parse_config
 from gyrectl.coordinator.actions import MoveCell, StartServer, StartTrain
 from gyrectl.coordinator.actuator import Actuator
-from gyrectl.coordinator.events import (CellLost, CellPlaced, Dispatched, Finished, PhaseChanged, TrainStarted, apply,
-                                        from_record, to_record)
+from gyrectl.coordinator.events import (
+    CellLost,
+    CellPlaced,
+    Dispatched,
+    Finished,
+    PhaseChanged,
+    TrainStarted,
+    apply,
+    from_record,
+    to_record,
+)
 from gyrectl.coordinator.journal import replay
 from gyrectl.coordinator.state import Limits, Phase
 from gyrectl.coordinator.views import moves, placed_cells
 from gyrectl.launch.steps import step_factory
 from gyrectl.run.rundir import RunDir
 from gyrectl.scheduler import elastic
+
 from coordinator_cases import RecordingTrainers, Unused
 
 LIMITS = Limits(num_cells=2, slots_per_cell=4, batch_executions=2, max_staleness=0, min_rollout_cells=1,
                 total_executions=4)
-CONFIG = parse_config({"cluster": {"backend": "slurm", "nodes": 2, "gpus_per_node": 0}, "rollout": {"server_port": 18300}})
+CONFIG = parse_config({"cluster": {"backend": "slurm", "nodes": 2, "gpus_per_node": 0},
+                       "rollout": {"server_port": 18300}})
 
 
 def _training_state():
@@ -91,7 +102,8 @@ def test_the_actuator_stops_a_lost_cells_training_step_and_places_it_on_granted_
     cluster, rollout = LosingCluster(), RolloutSide()
     actuator = Actuator(cluster=cluster, executions=Unused(), servers=rollout, batches=rollout,
                         clock=type("C", (), {"now": lambda self: 5.0})(),
-                        steps=step_factory(CONFIG, RunDir(tmp_path)), trainers=RecordingTrainers(), cell_nodes=[("node2",), ("node3",)])
+                        steps=step_factory(CONFIG, RunDir(tmp_path)), trainers=RecordingTrainers(),
+                        cell_nodes=[("node2",), ("node3",)])
     state = _training_state()
     events = actuator.observe(state)
     assert events == [CellLost(cell=1, at=5.0, nodes=("node3",))]

@@ -70,7 +70,8 @@ def example(**changes) -> Config:
     config = load_config(EXAMPLE)
     for path, value in changes.items():
         section, name = path.split("__")
-        config = dataclasses.replace(config, **{section: dataclasses.replace(getattr(config, section), **{name: value})})
+        config = dataclasses.replace(config,
+                                     **{section: dataclasses.replace(getattr(config, section), **{name: value})})
     return config
 
 

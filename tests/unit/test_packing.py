@@ -14,6 +14,7 @@ from gyrectl.dedup.packing import pack, split_to_budget
 from gyrectl.train.forward import target_logprobs
 from gyrectl.train.mask import dense_tree_mask
 from gyrectl.train.packed import packed_tensors
+
 from agent_shapes import all_patterns
 
 

@@ -8,6 +8,7 @@ from gyrectl.capture.stored import stored_calls
 from gyrectl.capture.tree import build_tree
 from gyrectl.dedup.exact import path_trainable_counts
 from gyrectl.dedup.paths import paths_dedup, sample_paths
+
 from agent_shapes import all_patterns
 
 

@@ -17,7 +17,6 @@ import pytest
 from gyrectl.config import dump_config, load_config
 from gyrectl.launch.preflight import verifier_problem
 from gyrectl.run.rundir import RunDir
-
 from tests.conftest import REPO
 
 CONFIG = str(REPO / "configs/local-tiny.yaml")

@@ -7,9 +7,21 @@ import dataclasses
 
 from gyrectl.cluster.base import Cluster, Node, StepState, StepStatus
 from gyrectl.coordinator.observation import Observation, read_world
-from gyrectl.coordinator.recovery import (MAX_CELL_FAILURES, MAX_TRAIN_ATTEMPTS, EndTraining, GiveUp, LoseCell,
-                                          PlaceCell, RestartServer, RetryTraining, RouteServer, StopDrained, recover)
+from gyrectl.coordinator.recovery import (
+    MAX_CELL_FAILURES,
+    MAX_TRAIN_ATTEMPTS,
+    EndTraining,
+    GiveUp,
+    LoseCell,
+    PlaceCell,
+    RestartServer,
+    RetryTraining,
+    RouteServer,
+    StopDrained,
+    recover,
+)
 from gyrectl.coordinator.state import CellState, CellTable, Limits, Phase, TrainStep, initial_state
+
 from coordinator_cases import RecordingTrainers
 
 LIMITS = Limits(num_cells=4, slots_per_cell=4, batch_executions=8, max_staleness=1, total_executions=32)
@@ -157,7 +169,8 @@ class Servers:
 def test_read_world_reads_a_new_loss_alone_and_training_members_once_the_step_ended():
     known = state_of(Phase.ROLLOUT, Phase.TRAIN, Phase.TRAIN, Phase.LOST, train=(1, 2))
     cluster = ScriptedCluster({}, lost=frozenset({2, 3}))
-    assert read_world(known, cluster=cluster, servers=Servers(), trainers=RecordingTrainers()) == Observation(lost=frozenset({2, 3}))
+    assert (read_world(known, cluster=cluster, servers=Servers(), trainers=RecordingTrainers())
+            == Observation(lost=frozenset({2, 3})))
     assert cluster.reads == ["lost"]  # cell 3's replacement is not asked for a round early, no step is read
     cluster = ScriptedCluster({})
     seen = read_world(known, cluster=cluster, servers=Servers(), trainers=RecordingTrainers())

@@ -127,7 +127,8 @@ def test_a_torn_last_line_is_skipped_not_refused(tmp_path, capsys):
 
 
 def test_a_file_with_no_readable_call_is_a_usage_error_naming_the_first_problem(tmp_path, capsys):
-    path = write_lines(tmp_path / "calls.jsonl", [{"execution": "a", "prompt_token_ids": "1 2", "completion_token_ids": [2]}])
+    path = write_lines(tmp_path / "calls.jsonl",
+                       [{"execution": "a", "prompt_token_ids": "1 2", "completion_token_ids": [2]}])
     code, out, err = run_cli(["replay", str(path), "--json"], capsys)
     assert code == 2 and out == "" and "no recorded calls" in err and "calls.jsonl:1" in err
     assert "'prompt_token_ids'" in err and "Traceback" not in err

@@ -9,19 +9,30 @@ import dataclasses
 from collections import Counter
 from pathlib import Path
 
-from coordinator_cases import RecordingTrainers, Unused, check_invariants, small_config, workload
 from gyrectl.cluster.base import Cluster, StepSpec, StepState, StepStatus
 from gyrectl.config.loader import parse_config
 from gyrectl.coordinator.actions import StartTrain
 from gyrectl.coordinator.actuator import Actuator
-from gyrectl.coordinator.events import (CellLost, Resumed, StepFailed, TrainEnded, TrainerReleased,
-                                        TrainRetried, TrainStarted, apply, from_record, to_record)
+from gyrectl.coordinator.events import (
+    CellLost,
+    Resumed,
+    StepFailed,
+    TrainEnded,
+    TrainerReleased,
+    TrainRetried,
+    TrainStarted,
+    apply,
+    from_record,
+    to_record,
+)
 from gyrectl.coordinator.observation import Observation
-from gyrectl.coordinator.recovery import (EndTraining, LoseCell, ReleaseTrainer, RetryTraining, recover)
+from gyrectl.coordinator.recovery import EndTraining, LoseCell, ReleaseTrainer, RetryTraining, recover
 from gyrectl.coordinator.state import CellState, CellTable, Limits, Phase, TrainerGroup, TrainStep, initial_state
 from gyrectl.launch.steps import step_factory
 from gyrectl.run.rundir import RunDir
 from gyrectl.sim.run import simulate
+
+from coordinator_cases import RecordingTrainers, Unused, check_invariants, small_config, workload
 
 RESIDENT = Limits(num_cells=3, slots_per_cell=4, batch_executions=2, max_staleness=0, sleep_level=1,
                   resident_trainer=True)
@@ -32,13 +43,15 @@ GROUP = TrainerGroup(group="g", cells=(1, 2), step_ids=("t1", "t2"))
 def training(*, train: bool = True, **changes) -> object:
     """Cells 1 and 2 in the pool with the resident group ``g`` up on them (training step 3 if ``train``)."""
     cells = CellTable([CellState(id=0, phase=Phase.ROLLOUT, step_id="s0"),
-                       CellState(id=1, phase=Phase.TRAIN, step_id="t1"), CellState(id=2, phase=Phase.TRAIN, step_id="t2")])
+                       CellState(id=1, phase=Phase.TRAIN, step_id="t1"),
+                       CellState(id=2, phase=Phase.TRAIN, step_id="t2")])
     step = TrainStep(index=3, cells=(1, 2), executions=2, started_at=0.0, group="g") if train else None
     return dataclasses.replace(initial_state(RESIDENT), cells=cells, version=3, trainer=GROUP, train=step, **changes)
 
 
 def members(*states: StepState) -> tuple[StepStatus, ...]:
-    return tuple(StepStatus(f"t{i + 1}", s, 9 if s is FAILED else (0 if s.ended else None)) for i, s in enumerate(states))
+    return tuple(StepStatus(f"t{i + 1}", s, 9 if s is FAILED else (0 if s.ended else None))
+                 for i, s in enumerate(states))
 
 
 def seen(*states: StepState, committed: bool = False) -> Observation:
@@ -69,7 +82,8 @@ def test_a_waiting_group_whose_member_exits_is_released() -> None:
 
 def test_a_lost_cell_stops_the_group_it_was_in_even_while_the_cell_serves() -> None:
     idle = training(train=False)
-    idle = dataclasses.replace(idle, cells=CellTable([*idle.cells[:2], CellState(id=2, phase=Phase.ROLLOUT, step_id="s2")]))
+    idle = dataclasses.replace(idle, cells=CellTable([*idle.cells[:2],
+                                                      CellState(id=2, phase=Phase.ROLLOUT, step_id="s2")]))
     assert recover(idle, Observation(lost=frozenset({2}))) == [LoseCell(cell=2, stop=("s2", "t1", "t2"), release=None)]
 
 
@@ -151,7 +165,8 @@ def test_without_resident_trainers_every_step_starts_its_members(tmp_path: Path)
     steps, trainers = Steps(), RecordingTrainers()
     state = dataclasses.replace(training(train=False), trainer=None,
                                 limits=dataclasses.replace(RESIDENT, resident_trainer=False))
-    [started] = actuator(tmp_path, steps, trainers, resident=False).act(StartTrain(index=3, cells=(1, 2), take=()), state)
+    start = StartTrain(index=3, cells=(1, 2), take=())
+    [started] = actuator(tmp_path, steps, trainers, resident=False).act(start, state)
     assert started.group == "" and len(steps.started) == 2
     assert not any("GYRECTL_TRAINER_GROUP" in spec.env for spec in steps.started)
 

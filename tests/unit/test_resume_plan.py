@@ -21,7 +21,8 @@ def test_finished_untrained_executions_wait_and_running_ones_run_again() -> None
 
 
 def test_claims_of_an_abandoned_step_are_void() -> None:
-    events = [Dispatched(count=2, version=0, at=0)] + [Finished(seq=s, version=0, timed_out=False, at=1) for s in (0, 1)]
+    events = [Dispatched(count=2, version=0, at=0)] + [Finished(seq=s, version=0, timed_out=False, at=1)
+                                                       for s in (0, 1)]
     records = [_record(0), _record(1), {"execution": "e000000", "step": 0}, {"execution": "e000001", "step": 0}]
     carried = carry_over(events, records, completed_steps=0)  # step 0 never ended
     assert [r["execution"] for r in carried.finished] == ["e000000", "e000001"]
@@ -38,8 +39,9 @@ def test_a_record_without_its_journaled_finish_runs_again_and_the_rerun_wins() -
 def test_lines_that_parse_but_lost_a_field_are_left_out_like_unreadable_ones() -> None:
     """Damage that still parses as JSON (a nested object on a line of its own, a mangled key)
     must not stop a new head from taking over."""
-    events = [Dispatched(count=2, version=0, at=0)] + [Finished(seq=s, version=0, timed_out=False, at=1) for s in (0, 1)]
-    records = [_record(0), {"status": "ok", "execution": "e000001"}, {"prompt": "x"}, {"execution": "e000000", "step": "0"},
-               {"step": 0}]
+    events = [Dispatched(count=2, version=0, at=0)] + [Finished(seq=s, version=0, timed_out=False, at=1)
+                                                       for s in (0, 1)]
+    records = [_record(0), {"status": "ok", "execution": "e000001"}, {"prompt": "x"},
+               {"execution": "e000000", "step": "0"}, {"step": 0}]
     carried = carry_over(events, records, completed_steps=1)
     assert [r["execution"] for r in carried.finished] == ["e000000"]

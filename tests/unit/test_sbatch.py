@@ -15,7 +15,6 @@ import pytest
 
 from gyrectl.cluster.slurm.sbatch import render_for_config
 from gyrectl.config import load_config
-
 from tests.conftest import REPO
 
 GOLDEN = Path(__file__).parent / "golden" / "slurm-local.sbatch"
@@ -56,21 +55,21 @@ def test_hetjob_separates_components_with_the_configured_resources() -> None:
     # the head function must not run inside srun, or the steps it starts would block
     assert not any(line.startswith("srun") for line in lines)
     # sbatch reads directives only until the first command: every one comes before it
-    first_command = next(i for i, l in enumerate(lines) if l and not l.startswith("#"))
-    assert all(i < first_command for i, l in enumerate(lines) if l.startswith("#SBATCH"))
+    first_command = next(i for i, line in enumerate(lines) if line and not line.startswith("#"))
+    assert all(i < first_command for i, line in enumerate(lines) if line.startswith("#SBATCH"))
 
 
 def test_paths_with_spaces_and_quotes_are_quoted(tmp_path: Path) -> None:
     run_dir = tmp_path / "my runs" / "it's \"here\""
     text = _render([HETJOB], run_dir)
-    export = next(l for l in text.splitlines() if l.startswith("export GYRECTL_RUN_DIR="))
+    export = next(line for line in text.splitlines() if line.startswith("export GYRECTL_RUN_DIR="))
     # the shell reads back exactly the path we meant
     echoed = subprocess.run(["bash", "-c", f"{export}; printf %s \"$GYRECTL_RUN_DIR\""], capture_output=True,
                             text=True, check=True).stdout
     assert echoed == str(run_dir)
     command = text.strip().splitlines()[-1]
     assert shlex.split(command)[-1] == str(run_dir / "logs" / "submitit")
-    output = next(l for l in text.splitlines() if l.startswith("#SBATCH --output="))
+    output = next(line for line in text.splitlines() if line.startswith("#SBATCH --output="))
     assert shlex.split(output.split("=", 1)[1]) == [str(run_dir / "logs" / "submitit" / "%j_0_log.out")]
 
 

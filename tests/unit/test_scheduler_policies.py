@@ -11,7 +11,8 @@ from gyrectl.scheduler import async_split, colocate, elastic
 LIMITS = Limits(num_cells=4, slots_per_cell=10, batch_executions=20, max_staleness=1, total_executions=200)
 
 
-def serving_state(*, in_flight: int, finished: int = 0, buffered: int = 0, phases: tuple[Phase, ...] = (Phase.ROLLOUT,) * 4):
+def serving_state(*, in_flight: int, finished: int = 0, buffered: int = 0,
+                  phases: tuple[Phase, ...] = (Phase.ROLLOUT,) * 4):
     state = initial_state(LIMITS)
     cells = CellTable(CellState(id=i, phase=p) for i, p in enumerate(phases))
     buffer = ((0, 0, buffered),) if buffered else ()
@@ -22,7 +23,8 @@ def test_all_policies_start_idle_cells():
     state = initial_state(LIMITS)
     assert elastic.decide(state, 0.0) == [StartServer(cell=c) for c in range(4)]
     assert colocate.decide(state, 0.0) == [StartServer(cell=c) for c in range(4)]
-    assert async_split.decide(state, 0.0) == [StartServer(cell=c) for c in range(3)] + [MoveCell(cell=3, to=Phase.TRAIN)]
+    assert async_split.decide(state, 0.0) == ([StartServer(cell=c) for c in range(3)]
+                                              + [MoveCell(cell=3, to=Phase.TRAIN)])
 
 
 def test_elastic_keeps_cell_while_in_flight_exceeds_remaining_capacity():
@@ -60,7 +62,8 @@ def test_elastic_starts_training_on_the_pool_and_extends_it():
 def test_elastic_keeps_the_standalone_rollout_pool():
     limits = dataclasses.replace(LIMITS, min_rollout_cells=4 - 1)
     state = dataclasses.replace(serving_state(in_flight=0, finished=40, buffered=20), limits=limits,
-                                cells=CellTable(CellState(id=i, phase=Phase.ROLLOUT if i < 3 else Phase.TRAIN) for i in range(4)))
+                                cells=CellTable(CellState(id=i, phase=Phase.ROLLOUT if i < 3 else Phase.TRAIN)
+                                                for i in range(4)))
     assert not [a for a in elastic.decide(state, 0.0) if isinstance(a, MoveCell) and a.to is Phase.TRAIN]
 
 

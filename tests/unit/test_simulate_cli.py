@@ -18,7 +18,7 @@ CONTRACT = {"policy", "makespan_s", "executions_trained", "throughput_per_hour",
 def test_simulate_json_prints_one_object_with_the_contract(tmp_path):
     png = tmp_path / "roles.png"
     result = CliRunner().invoke(app, ["simulate", str(REPO / "configs/sim-32nodes.yaml"), "--workload", "short-tail",
-                                         "--policy", "colocate", "--set", "run.steps=2", "--json", "--timeline", str(png)])
+                                      "--policy", "colocate", "--set", "run.steps=2", "--json", "--timeline", str(png)])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert CONTRACT <= data.keys() and data["policy"] == "colocate" and data["executions_trained"] == 2 * 256
@@ -30,7 +30,7 @@ def test_simulate_replays_a_workload_file(tmp_path):
     jobs = tmp_path / "run.jsonl"
     jobs.write_text("".join(json.dumps({"duration_s": d, "tokens": 1000, "task": "t"}) + "\n" for d in (30, 60, 900)))
     result = CliRunner().invoke(app, ["simulate", str(REPO / "configs/sim-32nodes.yaml"), "--workload", str(jobs),
-                                         "--set", "run.steps=1", "--json"])
+                                      "--set", "run.steps=1", "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["executions_trained"] == 256
 

@@ -21,8 +21,10 @@ def _run_with_damage(tmp_path: Path) -> RunDir:
     run = RunDir.create(tmp_path, "damaged")
     run.config_file.write_text(dump_config(load_config("configs/local-tiny.yaml")))
     with Journal(run.journal_file) as journal:
-        for event in (PhaseChanged(cell=0, phase=Phase.STARTING, at=T0), PhaseChanged(cell=0, phase=Phase.ROLLOUT, at=T0 + 1),
-                      Dispatched(count=8, version=0, at=T0 + 2), PhaseChanged(cell=1, phase=Phase.STARTING, at=T0 + 3)):
+        for event in (PhaseChanged(cell=0, phase=Phase.STARTING, at=T0),
+                      PhaseChanged(cell=0, phase=Phase.ROLLOUT, at=T0 + 1),
+                      Dispatched(count=8, version=0, at=T0 + 2),
+                      PhaseChanged(cell=1, phase=Phase.STARTING, at=T0 + 3)):
             journal.append(event)
     lines = run.journal_file.read_bytes().split(b"\n")
     lines[1] = lines[1][:10] + b"\xff" + lines[1][11:]  # one damaged byte in the second event
@@ -53,7 +55,8 @@ def test_status_says_what_was_skipped_in_plain_words(cli, tmp_path: Path) -> Non
     run = _run_with_damage(tmp_path)
     result = cli("status", str(run.path), env={"COLUMNS": "200"})
     assert result.returncode == 0, result.stderr
-    assert "skipped 5 unreadable span(s); read 3 record(s) of journal.jsonl, 1 record(s) of metrics.jsonl" in result.stdout
+    assert ("skipped 5 unreadable span(s); read 3 record(s) of journal.jsonl, 1 record(s) of metrics.jsonl"
+            in result.stdout)
     assert "journal.jsonl:4: not a JSON object" in result.stdout
     assert "Traceback" not in result.stdout + result.stderr
 

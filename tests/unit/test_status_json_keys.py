@@ -10,8 +10,15 @@ import os
 from pathlib import Path
 
 from gyrectl.config import dump_config, load_config
-from gyrectl.coordinator.events import (CellLost, CellPlaced, Dispatched, Finished, PhaseChanged, TrainEnded,
-                                        TrainStarted)
+from gyrectl.coordinator.events import (
+    CellLost,
+    CellPlaced,
+    Dispatched,
+    Finished,
+    PhaseChanged,
+    TrainEnded,
+    TrainStarted,
+)
 from gyrectl.coordinator.journal import Journal
 from gyrectl.coordinator.state import Phase
 from gyrectl.run.rundir import RunDir

@@ -3,8 +3,16 @@ fault events' folds (a failed step counted, a retried training step keeping its 
 
 from __future__ import annotations
 
-from gyrectl.coordinator.events import (PhaseChanged, StepFailed, TrainEnded, TrainRetried, TrainStarted, apply,
-                                        from_record, to_record)
+from gyrectl.coordinator.events import (
+    PhaseChanged,
+    StepFailed,
+    TrainEnded,
+    TrainRetried,
+    TrainStarted,
+    apply,
+    from_record,
+    to_record,
+)
 from gyrectl.coordinator.journal import replay
 from gyrectl.coordinator.state import Limits, Phase, initial_state
 from gyrectl.coordinator.views import cell_rows, moves

@@ -11,6 +11,7 @@ from gyrectl.capture.record import CallRecord
 from gyrectl.capture.store import CaptureWriter, read_store, scan
 from gyrectl.capture.stored import full_records, stored_calls
 from gyrectl.store.damage import TORN_TAIL
+
 from agent_shapes import all_patterns
 
 

@@ -12,26 +12,26 @@ import tempfile
 import zlib
 from pathlib import Path
 
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from gyrectl.capture.record import CallRecord
 from gyrectl.capture.store import CaptureWriter, read_store, scan
 from gyrectl.capture.stored import StoredCall, full_records, stored_calls
-from agent_shapes import all_patterns
-from test_store import as_stored
+
 import damage
+from agent_shapes import all_patterns
 from damage import damage_settings
+from test_store import as_stored
 
 SEEDS = 4
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _base(seed: int) -> tuple[bytes, tuple[CallRecord, ...], tuple[tuple[int, int, str, int, int], ...]]:
     """A store of two interleaved executions: its bytes, the records, and per record its span,
     execution, call index and parent index."""
     a, b = all_patterns("a", seed=seed), all_patterns("b", seed=seed + 100)
-    records = [r for pair in zip(a, b) for r in pair]
+    records = [r for pair in zip(a, b, strict=True) for r in pair]
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "calls.seg"
         with CaptureWriter(path, fsync=False) as writer:
@@ -41,7 +41,7 @@ def _base(seed: int) -> tuple[bytes, tuple[CallRecord, ...], tuple[tuple[int, in
         scanned = scan(path).records
     ends = [r.offset for r in scanned[1:]] + [len(data)]
     layout = tuple((r.offset, end, r.call.meta.execution, r.call_index, r.call.edit.parent)
-                   for r, end in zip(scanned, ends))
+                   for r, end in zip(scanned, ends, strict=True))
     return data, tuple(records), layout
 
 
@@ -57,7 +57,7 @@ def _expected(records, layout, hit: range) -> tuple[dict[str, list[CallRecord]],
         if parent >= 0 and (execution, parent) in doomed:
             doomed.add((execution, index))
     expected: dict[str, list[CallRecord]] = {}
-    for record, (_, _, execution, index, _) in zip(records, layout):
+    for record, (_, _, execution, index, _) in zip(records, layout, strict=True):
         if (execution, index) not in doomed:
             expected.setdefault(execution, []).append(as_stored(record))
     last_intact_end = max((end for start, end, e, i, _ in layout if (e, i) not in lost), default=0)

@@ -10,7 +10,6 @@ import json
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from coordinator_cases import small_config, workload
 from gyrectl.config import dump_config
 from gyrectl.coordinator.events import TrainEnded
 from gyrectl.coordinator.journal import Journal
@@ -19,6 +18,8 @@ from gyrectl.run.rundir import RunDir
 from gyrectl.sim.run import simulate
 from gyrectl.tracking.publisher import TrackingPublisher
 from gyrectl.tracking.scalars import idle_scalars, move_scalars, run_scalars
+
+from coordinator_cases import small_config, workload
 
 CONFIG = small_config(steps=3)
 

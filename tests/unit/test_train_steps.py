@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gyrectl.cluster.base import Node, StepSpec, StepStatus, StepState, Cluster
+from gyrectl.cluster.base import Cluster, Node, StepSpec, StepState, StepStatus
 from gyrectl.config.loader import parse_config
 from gyrectl.coordinator.actions import StartTrain
 from gyrectl.coordinator.actuator import Actuator
@@ -12,6 +12,7 @@ from gyrectl.coordinator.events import PhaseChanged, apply
 from gyrectl.coordinator.state import Phase, initial_state, limits_from_config
 from gyrectl.launch.steps import step_factory
 from gyrectl.run.rundir import RunDir
+
 from coordinator_cases import RecordingTrainers, Unused
 
 CONFIG = parse_config({"cluster": {"backend": "slurm", "nodes": 4, "gpus_per_node": 0}, "cells": {"nodes_per_cell": 2}})
@@ -52,14 +53,16 @@ def test_members_of_a_step_share_its_first_cells_rendezvous(tmp_path: Path) -> N
     cluster = RecordingCluster()
     actuator = Actuator(cluster=cluster, executions=Unused(), servers=Unused(), batches=Batches(),
                         clock=type("C", (), {"now": lambda self: 0.0})(),
-                        steps=step_factory(CONFIG, RunDir(tmp_path)), trainers=RecordingTrainers(), cell_nodes=[("n0", "n1"), ("n2", "n3")])
+                        steps=step_factory(CONFIG, RunDir(tmp_path)), trainers=RecordingTrainers(),
+                        cell_nodes=[("n0", "n1"), ("n2", "n3")])
     state = initial_state(limits_from_config(CONFIG))
     for cell in (0, 1):
         state = apply(state, PhaseChanged(cell=cell, phase=Phase.TRAIN, at=0.0))
     actuator.act(StartTrain(index=3, cells=(1, 0), take=()), state)
     first, second = cluster.started
     assert first.nodes == ("n2", "n3") and second.nodes == ("n0", "n1")
-    assert _flag(first, "rdzv-endpoint") == _flag(second, "rdzv-endpoint") == f"n2:{_flag(first, 'rdzv-endpoint').split(':')[1]}"
+    assert (_flag(first, "rdzv-endpoint") == _flag(second, "rdzv-endpoint")
+            == f"n2:{_flag(first, 'rdzv-endpoint').split(':')[1]}")
     assert _flag(first, "rdzv-id") == _flag(second, "rdzv-id") and _flag(first, "nnodes") == "4"
 
 

@@ -8,6 +8,7 @@ from gyrectl.capture.prefix import PrefixIndex, common_prefix_length
 from gyrectl.capture.record import CallRecord
 from gyrectl.capture.stored import full_records, stored_calls
 from gyrectl.capture.tree import build_tree
+
 from agent_shapes import END, all_patterns
 from naive_paths import root_to_leaf_paths, sequence, trainable_positions, unique_trie_positions
 

@@ -9,20 +9,29 @@ from pathlib import Path
 
 import pytest
 
-from coordinator_cases import RecordingTrainers, Unused, check_invariants, small_config, workload
 from gyrectl.cluster.base import Cluster, StepSpec, StepState, StepStatus
 from gyrectl.config.loader import parse_config
 from gyrectl.coordinator.actions import MoveCell
 from gyrectl.coordinator.actuator import Actuator
 from gyrectl.coordinator.events import PhaseChanged, StepFailed, SyncStarted, apply, from_record, to_record
 from gyrectl.coordinator.observation import Observation
-from gyrectl.coordinator.recovery import (MAX_CELL_FAILURES, ForgetServer, GiveUp, LoseCell, RouteServer,
-                                          SleepDrained, StopDrained, recover)
+from gyrectl.coordinator.recovery import (
+    MAX_CELL_FAILURES,
+    ForgetServer,
+    GiveUp,
+    LoseCell,
+    RouteServer,
+    SleepDrained,
+    StopDrained,
+    recover,
+)
 from gyrectl.coordinator.state import CellState, CellTable, Limits, Phase, initial_state
 from gyrectl.errors import RuntimeFailure
 from gyrectl.launch.steps import step_factory
 from gyrectl.run.rundir import RunDir
 from gyrectl.sim.run import simulate
+
+from coordinator_cases import RecordingTrainers, Unused, check_invariants, small_config, workload
 
 WARM = Limits(num_cells=2, slots_per_cell=4, batch_executions=2, max_staleness=0, sleep_level=1)
 RUNNING, FAILED = StepState.RUNNING, StepState.FAILED
@@ -127,7 +136,8 @@ def actuator(tmp_path: Path, servers: Servers, steps: Steps) -> Actuator:
     config = parse_config({"cluster": {"nodes": 2}})
     return Actuator(cluster=steps, executions=Unused(), servers=servers, batches=Unused(),
                     clock=type("C", (), {"now": lambda self: 7.0})(),
-                    steps=step_factory(config, RunDir(tmp_path)), trainers=RecordingTrainers(), cell_nodes=[("n0",), ("n1",)])
+                    steps=step_factory(config, RunDir(tmp_path)), trainers=RecordingTrainers(),
+                    cell_nodes=[("n0",), ("n1",)])
 
 
 @pytest.mark.parametrize(("level", "served", "synced"), [(1, 3, False), (1, 2, True), (2, 3, True)])

@@ -175,7 +175,8 @@ def _cell_jobs(run: RunDir, damaged: dict[str, str] | None) -> list[dict[str, An
     shown = show_jobs([job for job, _ in held])
     rows = []
     for job, cell in held:
-        state, nodes, reason = (shown[job].state, shown[job].nodes, shown[job].reason) if job in shown else ("ENDED", "", "")
+        state, nodes, reason = ((shown[job].state, shown[job].nodes, shown[job].reason) if job in shown
+                                else ("ENDED", "", ""))
         rows.append({"id": job, "state": state, "nodes": nodes, "cell": cell, "reason": reason})
     return rows
 

@@ -89,7 +89,7 @@ def split_options(argv: Sequence[str]) -> tuple[dict[str, str], list[str]]:
         return {}, list(argv)
     cut = list(argv).index("--")
     head = argv[:cut]
-    return dict(zip(head[::2], head[1::2])), list(argv[cut + 1:])
+    return dict(zip(head[::2], head[1::2], strict=False)), list(argv[cut + 1:])
 
 
 def main(argv: list[str]) -> None:

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gyrectl.cluster.base import HARNESS_GROUP, Node, StepState, StepStatus
-from gyrectl.cluster.slurm.hetjob import SlurmCluster, discover_allocation, node_address
 from gyrectl.cluster.slurm.cli import failed_nodes, job_nodes, job_states, run_slurm, show_node, slurmd_port
+from gyrectl.cluster.slurm.hetjob import SlurmCluster, discover_allocation, node_address
 from gyrectl.cluster.slurm.sbatch import cell_parameters, harness_parameters
 from gyrectl.config.schema import Config
 from gyrectl.errors import GyreError, RuntimeFailure
@@ -189,7 +189,8 @@ class SlurmCellsCluster(SlurmCluster):
             node = show_node(name)
             self._slurmd[name] = (node_address(name, node), slurmd_port(node))
         return CellJob(job_id=job_id, nodes=tuple(
-            Node(name=name, het_group=het_group, gpus=gpus, cpus=cpus, address=self._slurmd[name][0]) for name in nodes))
+            Node(name=name, het_group=het_group, gpus=gpus, cpus=cpus, address=self._slurmd[name][0])
+            for name in nodes))
 
     def _reachable(self, name: str) -> bool:
         try:

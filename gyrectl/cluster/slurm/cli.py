@@ -36,7 +36,8 @@ def run_slurm(argv: Sequence[str], *, retries: int = RETRIES, check: bool = True
     if last is None:
         raise RuntimeFailure(f"{' '.join(argv)} timed out {retries} times after {TIMEOUT_S:g} s")
     if check and last.returncode != 0:
-        raise RuntimeFailure(f"{' '.join(argv)} failed (exit {last.returncode}): {last.stderr.strip() or last.stdout.strip()}")
+        raise RuntimeFailure(f"{' '.join(argv)} failed (exit {last.returncode}): "
+                             f"{last.stderr.strip() or last.stdout.strip()}")
     return last
 
 
@@ -165,7 +166,8 @@ def partition_nodes() -> list[PartitionNode]:
     for line in filter(None, out.splitlines()):
         partition, name, cpus, gres, mem = line.split("|")
         nodes.append(PartitionNode(partition=partition.rstrip("*"), name=name, cpus=int(cpus.rstrip("+")),
-                                   gpus=gres_gpus(gres), mem_mb=int(mem.rstrip("+") or 0), default=partition.endswith("*")))
+                                   gpus=gres_gpus(gres), mem_mb=int(mem.rstrip("+") or 0),
+                                   default=partition.endswith("*")))
     return nodes
 
 

@@ -21,8 +21,7 @@ from collections.abc import Mapping, Sequence
 
 from gyrectl.cluster.base import Cluster, Node, StepSpec, StepStatus
 from gyrectl.cluster.processes import ProcessSteps
-from gyrectl.cluster.slurm.cli import (expand_hostlist, gres_gpus, job_steps, parse_cpus_per_node, run_slurm,
-                                       show_node)
+from gyrectl.cluster.slurm.cli import expand_hostlist, gres_gpus, job_steps, parse_cpus_per_node, run_slurm, show_node
 from gyrectl.cluster.slurm.templates import render_template
 from gyrectl.errors import RuntimeFailure
 

@@ -7,6 +7,7 @@ import asyncio
 import json
 
 import pytest
+
 from fake_vllm import CHAT, TOKEN, FakeVllm, running, states
 
 pytestmark = pytest.mark.usefixtures("no_traceback")

@@ -18,12 +18,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from fake_vllm import CHAT, FakeVllm, serve
 from gyrectl.capture.source import load_executions
 from gyrectl.capture.store import scan
 from gyrectl.gateway.processes import GatewayProcessError, GatewayProcesses
 from gyrectl.gateway.settings import GatewaySettings
 from gyrectl.run.rundir import RunDir
+
+from fake_vllm import CHAT, FakeVllm, serve
 
 PROCESSES = 3
 

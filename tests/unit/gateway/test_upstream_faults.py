@@ -10,9 +10,10 @@ import json
 import time
 
 import pytest
-from fake_vllm import CHAT, SERVER_KEY, FakeVllm, running, sse_data, states
 
 from gyrectl.gateway.capture import CLIENT_CLOSED, UPSTREAM_ERROR
+
+from fake_vllm import CHAT, SERVER_KEY, FakeVllm, running, sse_data, states
 
 pytestmark = pytest.mark.usefixtures("no_traceback")
 

@@ -3,8 +3,7 @@
 import json
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from gyrectl.gateway import anthropic, chat, completions, responses
 from gyrectl.gateway.auth import identify
@@ -31,12 +30,14 @@ def test_chat_asks_for_capture_and_hides_it():
     body, asked = chat.upstream_request({"model": "m", "messages": [], "x_vendor": {"k": 1}})
     assert body["return_token_ids"] and body["logprobs"] and body["x_vendor"] == {"k": 1}
     reply = {"prompt_token_ids": [1, 2], "choices": [{"index": 0, "token_ids": [3], "message": {"content": "x"},
-                                                      "logprobs": {"content": [{"logprob": -1.0}]}, "finish_reason": "stop"}]}
+                                                      "logprobs": {"content": [{"logprob": -1.0}]},
+                                                      "finish_reason": "stop"}]}
     captures = {}
     chat.absorb_response(reply, captures, LEASE)
     assert (captures[0].prompt_ids, captures[0].token_ids, captures[0].logprobs) == ([1, 2], [3], [-1.0])
     out = chat.strip_response(reply, asked)
-    assert "prompt_token_ids" not in out and "token_ids" not in out["choices"][0] and out["choices"][0]["logprobs"] is None
+    assert ("prompt_token_ids" not in out and "token_ids" not in out["choices"][0]
+            and out["choices"][0]["logprobs"] is None)
 
 
 def test_chat_chunks_hide_aborts_and_empty_deltas():
@@ -95,7 +96,8 @@ def test_anthropic_request_becomes_chat():
         "tools": [{"name": "f", "input_schema": {"type": "object"}}], "tool_choice": {"type": "any"},
         "messages": [{"role": "user", "content": "q"},
                      {"role": "assistant", "content": [{"type": "text", "text": "a"},
-                                                       {"type": "tool_use", "id": "t1", "name": "f", "input": {"x": 1}}]},
+                                                       {"type": "tool_use", "id": "t1", "name": "f",
+                                                        "input": {"x": 1}}]},
                      {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}],
         "vendor_field": 3})
     assert chat_body["messages"] == [
@@ -108,9 +110,12 @@ def test_anthropic_request_becomes_chat():
 
 def test_anthropic_stream_events_in_order():
     translator = anthropic.StreamTranslator()
-    chunks = [{"id": "chatcmpl-1", "model": "m", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
+    chunks = [{"id": "chatcmpl-1", "model": "m",
+               "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
               {"choices": [{"index": 0, "delta": {"content": "hi"}}]},
-              {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "c", "function": {"name": "f", "arguments": "{}"}}]},
+              {"choices": [{"index": 0,
+                            "delta": {"tool_calls": [{"index": 0, "id": "c",
+                                                      "function": {"name": "f", "arguments": "{}"}}]},
                             "finish_reason": "tool_calls"}]},
               {"choices": [], "usage": {"completion_tokens": 3}}]
     events = [e for c in chunks for e in translator.feed(c)] + list(translator.finish())
@@ -166,4 +171,5 @@ def test_unreadable_upstream_replies_are_named(reply, whole):
 def test_a_vllm_shaped_reply_is_readable():
     chunk = {"choices": [{"index": 0, "text": "a", "token_ids": [3], "finish_reason": None,
                           "logprobs": {"tokens": ["a"], "token_logprobs": [-0.1], "top_logprobs": [{"a": -0.1}]}}]}
-    assert reply_problem(chunk, whole=False) is None and reply_problem({"choices": [], "usage": {}}, whole=False) is None
+    assert reply_problem(chunk, whole=False) is None
+    assert reply_problem({"choices": [], "usage": {}}, whole=False) is None
