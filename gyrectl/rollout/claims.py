@@ -7,11 +7,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gyrectl.rollout.records import ExecutionRecord
+from gyrectl.run.batch_file import BatchFile, write_batch_file
 from gyrectl.run.rundir import RunDir
 from gyrectl.store.jsonl import JsonlAppender
-
-BATCH_KEYS = ("execution", "task", "reward", "weight_version")
-"""What a batch file says of each execution it trains."""
 
 
 class BatchClaims:
@@ -35,11 +33,10 @@ class BatchClaims:
         claimed = {id(d) for d in chosen}
         self._done = [d for d in self._done if id(d) not in claimed]
         self._claimed = {index: chosen}  # only the step in progress can be abandoned
-        lines = [d.to_json() for d in chosen if d.trainable]
-        self._run.write_json(self._run.batch_file(index), {
-            "step": index, "weights_version": index,
-            "executions": [{key: line[key] for key in BATCH_KEYS} for line in lines],
-            "left_out": [d.execution for d in chosen if not d.trainable]})
+        write_batch_file(self._run, BatchFile(
+            step=index, weights_version=index,
+            entries=tuple(d.batch_entry() for d in chosen if d.trainable),
+            left_out=tuple(d.execution for d in chosen if not d.trainable)))
         for done in chosen:
             self._log.append({"execution": done.execution, "step": index})
         return sum(not d.trainable for d in chosen)

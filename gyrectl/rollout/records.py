@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from gyrectl.rollout.harnesses import HarnessExit
 from gyrectl.rollout.reward import Scored
+from gyrectl.run.batch_file import BatchEntry
 
 Status = Literal["ok", "timed_out", "infra_failure"]
 
@@ -37,6 +38,12 @@ class ExecutionRecord:
     @property
     def trainable(self) -> bool:
         return self.status != "infra_failure"
+
+    def batch_entry(self) -> BatchEntry:
+        """What a batch file says of it (a trainable training execution)."""
+        assert self.trainable and self.reward is not None
+        return BatchEntry(execution=self.execution, task=self.task, reward=self.reward,
+                          weight_version=self.weight_version)
 
     def to_json(self) -> dict[str, Any]:
         line: dict[str, Any] = {"execution": self.execution}

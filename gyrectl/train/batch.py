@@ -4,22 +4,15 @@ turned into packed micro-batches with per-execution advantages.
     batch file --> recorded calls of those executions --> token trees --> dedup (exact | paths)
                --> pack to training.micro_batch_tokens;  rewards --> group advantages
 
-Batch file (the coordinator writes it when it claims the step)::
-
-    {"step": N, "weights_version": N,
-     "executions": [{"execution": "e000012", "task": "t3", "reward": 0.25, "weight_version": 0}, ...]}
-
-The coordinator lists only executions that ended ``ok`` or ``timed_out``. One that recorded no
-call at all (the harness failed before asking the model) has nothing to train: it is skipped,
+The batch file's format and its reader are :mod:`gyrectl.run.batch_file`'s. An execution of it that
+recorded no call at all (the harness failed before asking the model) has nothing to train: it is skipped,
 counted in ``num_skipped``, and left out of its group's advantage statistics.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 from gyrectl.capture.source import load_executions
 from gyrectl.capture.tree import build_tree
@@ -27,27 +20,12 @@ from gyrectl.config.schema import Config
 from gyrectl.dedup.exact import exact_dedup
 from gyrectl.dedup.packing import PackedMicroBatch, pack
 from gyrectl.dedup.paths import paths_dedup
-from gyrectl.errors import UserError
+from gyrectl.run.batch_file import BatchFile
 from gyrectl.run.rundir import RunDir
 from gyrectl.store.damage import log_skipped
 from gyrectl.train.grpo import group_advantages
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class BatchEntry:
-    execution: str
-    task: str
-    reward: float
-    weight_version: int | None
-
-
-@dataclass(frozen=True)
-class BatchFile:
-    step: int
-    weights_version: int
-    entries: tuple[BatchEntry, ...]
 
 
 @dataclass(frozen=True)
@@ -71,32 +49,6 @@ class StepBatch:
     @property
     def dedup_ratio(self) -> float:
         return self.naive_tokens / self.unique_tokens if self.unique_tokens else 0.0
-
-
-def read_batch_file(*, run: RunDir, step: int) -> BatchFile:
-    path = run.batch_file(step)
-    try:
-        raw = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise UserError(f"{path}: no batch file for step {step} (the coordinator writes it when it "
-                        "claims the step)") from None
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path}: not valid JSON ({exc.msg})") from None
-    try:
-        entries = tuple(_entry(e) for e in raw["executions"])
-        batch = BatchFile(step=int(raw["step"]), weights_version=int(raw["weights_version"]), entries=entries)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise UserError(f"{path}: expected {{'step', 'weights_version', 'executions': [{{'execution', "
-                        f"'task', 'reward'}}, ...]}} ({type(exc).__name__}: {exc})") from None
-    if batch.step != step:
-        raise UserError(f"{path}: says step {batch.step}, expected {step}")
-    return batch
-
-
-def _entry(obj: dict[str, Any]) -> BatchEntry:
-    version = obj.get("weight_version")
-    return BatchEntry(execution=str(obj["execution"]), task=str(obj["task"]), reward=float(obj["reward"]),
-                      weight_version=None if version is None else int(version))
 
 
 def build_step_batch(*, run: RunDir, config: Config, batch: BatchFile) -> StepBatch:

@@ -38,10 +38,11 @@ from gyrectl.config import load_config
 from gyrectl.config.schema import Config, TrainingConfig
 from gyrectl.dedup.packing import PackedMicroBatch
 from gyrectl.errors import UserError
+from gyrectl.run.batch_file import read_batch_file
 from gyrectl.run.rundir import RunDir
 from gyrectl.store.jsonl import JsonlAppender, read_records
 from gyrectl.train import checkpoint
-from gyrectl.train.batch import StepBatch, build_step_batch, read_batch_file
+from gyrectl.train.batch import StepBatch, build_step_batch
 from gyrectl.train.distributed import World, barrier, close_world, init_world, max_over_ranks, sum_over_ranks
 from gyrectl.train.forward import target_logprobs
 from gyrectl.train.grpo import LossStats, PolicyLoss, policy_loss, token_advantages

@@ -14,7 +14,8 @@ from gyrectl.capture.tree import build_tree
 from gyrectl.config import load_config
 from gyrectl.config.schema import DedupConfig
 from gyrectl.errors import UserError
-from gyrectl.train.batch import build_step_batch, read_batch_file
+from gyrectl.run.batch_file import read_batch_file
+from gyrectl.train.batch import build_step_batch
 from gyrectl.train.step import micro_batch_loss
 
 from naive_paths import sequence, unique_trie_positions

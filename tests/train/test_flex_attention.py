@@ -29,7 +29,8 @@ import pytest
 import torch
 
 from gyrectl.config import load_config
-from gyrectl.train.batch import StepBatch, build_step_batch, read_batch_file
+from gyrectl.run.batch_file import read_batch_file
+from gyrectl.train.batch import StepBatch, build_step_batch
 from gyrectl.train.mask import dense_tree_mask, flex_tree_mask, tree_mask_for
 from gyrectl.train.policy_load import attention_for
 from gyrectl.train.step import micro_batch_loss
