@@ -35,7 +35,7 @@ def test_every_replica_of_a_cell_is_routed_drained_slept_woken_and_synced(live_s
                             verifier=lambda task, output: 0.0, servers=[replicas],
                             replicas_of=lambda cell, nodes: (), weight_sync=HttpWeightSync(server_key=server.key),
                             server_key=server.key)
-    load = LoadPublisher(run, gateway, replica_of=rollouts.replica_of, every_s=3600)
+    load = LoadPublisher(run, gateway, replica_of=rollouts.servers.replica_of, every_s=3600)
     pool = gateway.gateway.pool
     try:
         assert rollouts.servers.ready(0)
