@@ -44,7 +44,10 @@ def _follow_plain(run: RunDir, interval: float) -> RunView:
     view = run_view(run)
     while True:
         for step in view.steps[seen:]:
-            err.print(f"step {step.step}: reward mean {step.reward_mean:.3f}, {step.executions} executions, "
+            signal = "" if step.groups is None else (
+                f", {step.groups_without_signal} of {step.groups} groups without signal"
+                + (" (nothing trained)" if step.without_signal else ""))
+            err.print(f"step {step.step}: reward mean {step.reward_mean:.3f}, {step.executions} executions{signal}, "
                       f"{step.trained_tokens} trained tokens, {step.duration_s:.1f} s", highlight=False)
         seen = len(view.steps)
         if view.job.state == "ended":

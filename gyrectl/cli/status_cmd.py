@@ -21,6 +21,7 @@ from gyrectl.coordinator.state import initial_state, limits_from_config
 from gyrectl.errors import RuntimeFailure, UserError
 from gyrectl.run.files import run_config
 from gyrectl.run.rundir import RunDir
+from gyrectl.status.rows import StepRow
 from gyrectl.status.view import RunView, finished_evals, run_view
 from gyrectl.store.jsonl import scan_jsonl
 
@@ -125,15 +126,19 @@ def render(view: RunView) -> Group:
                             for m in view.moves[-6:]]))
     if view.steps:
         parts.append(table(f"training steps ({len(view.steps)} of {view.total_steps})",
-                           ["step", "reward mean", "executions", "naive tokens", "trained tokens", "weights",
-                            "seconds"],
-                           [(s.step, f"{s.reward_mean:.3f}", s.executions, s.naive_tokens,
+                           ["step", "reward mean", "executions", "groups (no signal)", "naive tokens",
+                            "trained tokens", "weights", "seconds"],
+                           [(s.step, f"{s.reward_mean:.3f}", s.executions, _groups(s), s.naive_tokens,
                              s.trained_tokens, f"v{s.weight_version}", f"{s.duration_s:.1f}")
                             for s in view.steps[-10:]]))
+        if silent := [s.step for s in view.steps if s.without_signal]:
+            parts.append(f"[yellow]warning:[/] {_no_signal(silent)}")
     if view.evals:
-        parts.append(table("evaluations (held-out tasks)", ["weights", "executions", "reward mean", "pass@1", "pass@k"],
-                           [(f"v{e.weight_version}", e.executions, _fraction(e.reward_mean), _fraction(e.pass_at_1),
-                             f"{_fraction(e.pass_at_k)} (k={e.k})") for e in view.evals[-10:]]))
+        parts.append(table("evaluations (held-out tasks; pass@k over the tasks whose executions all ran)",
+                           ["weights", "executions", "infra failures", "reward mean", "pass@1", "pass@k"],
+                           [(f"v{e.weight_version}", e.executions, _count(e.infra_failures), _fraction(e.reward_mean),
+                             _fraction(e.pass_at_1), f"{_fraction(e.pass_at_k)} (k={e.k})")
+                            for e in view.evals[-10:]]))
     if view.skipped:
         parts.append(skipped_text(view.skipped, read=", ".join(
             f"{count} record(s) of {name}" for name, count in view.records_read.items())))
@@ -144,11 +149,26 @@ def render(view: RunView) -> Group:
     return Group(*parts)
 
 
+def _groups(step: StepRow) -> str:
+    if step.groups is None:
+        return ""
+    return f"{step.groups} ({step.groups_without_signal})" + (" all uniform" if step.without_signal else "")
+
+
+def _no_signal(steps: list[int]) -> str:
+    named = ", ".join(map(str, steps[-5:])) + (f" and {len(steps) - 5} more" if len(steps) > 5 else "")
+    return (f"step{'s' if len(steps) > 1 else ''} {named} trained nothing: every group's executions got the same "
+            "reward, so every advantage was 0 (an easier task, a reward with partial credit, or more executions "
+            "per task give the groups a spread; training.skip_uniform_groups keeps such groups out of a batch)")
+
+
 def _cells_table(view: RunView) -> object:
     training = view.training
     ex = view.executions
     assert ex is not None  # cells and counts come from the same replayed journal
     failures = f" ({ex.infra_failures} infrastructure failures, never trained)" if ex.infra_failures else ""
+    if ex.uniform_skipped:
+        failures += f" ({ex.uniform_skipped} in groups without signal, kept out)"
     title = (f"cells: executions {ex.finished} finished{failures}, {ex.trained} trained, {ex.in_flight} in flight; "
              + (f"training step {training.index} on cells {list(training.cells)} since {_clock(training.started_at)}"
                 if training else "no training step running"))

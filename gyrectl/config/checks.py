@@ -176,6 +176,11 @@ def check_config(config: Config) -> None:
             f"{rollout.executions_per_task}: GRPO groups would be split across steps "
             f"({training.batch_executions} % {rollout.executions_per_task} = "
             f"{training.batch_executions % rollout.executions_per_task})"))
+    _at_least("training.max_batch_draws", training.max_batch_draws, 1)
+    if training.skip_uniform_groups and scheduler.batch_order != "completion":
+        raise ConfigError("training.skip_uniform_groups", (
+            f"needs scheduler.batch_order=completion, not {scheduler.batch_order}: a dispatch-order block "
+            "with a group kept out would never fill"))
     if training.lr <= 0:
         raise ConfigError("training.lr", f"must be positive, got {training.lr:g}")
     _at_least("training.micro_batch_tokens", training.micro_batch_tokens, 1)
@@ -217,3 +222,7 @@ def check_config(config: Config) -> None:
         raise ConfigError("simulator.train_tokens_per_s_per_gpu",
                           f"must be positive, got {sim.train_tokens_per_s_per_gpu:g}")
     _at_least("simulator.workload_size", sim.workload_size, 0)
+    if sim.workload_size % config.rollout.executions_per_task:
+        raise ConfigError("simulator.workload_size", (
+            f"{sim.workload_size} is not a multiple of rollout.executions_per_task="
+            f"{config.rollout.executions_per_task}: the last GRPO group would never be whole"))

@@ -159,7 +159,8 @@ class RolloutConfig:
     server_port: int = 8100
     """Port of each rollout server on its node (the local backend adds the cell index)."""
     executions_per_task: int = 8
-    """Executions of the same task per step: the group GRPO compares."""
+    """Executions of one task that form a GRPO group, compared with each other for their
+    advantages. A step trains whole groups: a group waits until its last member ends."""
     execution_time_limit_s: float = 3600.0
     """An execution still running after this many seconds is stopped and scored on what it
     produced."""
@@ -203,7 +204,16 @@ class TrainingConfig:
     algorithm: Literal["grpo"] = "grpo"
     """Policy-gradient algorithm."""
     batch_executions: int = 64
-    """Finished executions one training step consumes."""
+    """Finished executions one training step consumes: whole GRPO groups, so a multiple of
+    ``rollout.executions_per_task``."""
+    skip_uniform_groups: bool = False
+    """Keep groups without a learning signal (every member got the same reward, so every advantage
+    is 0) out of the batches, and dispatch more executions to fill them (DAPO's dynamic sampling);
+    such groups are never trained. Needs ``scheduler.batch_order: completion``."""
+    max_batch_draws: int = 4
+    """With ``skip_uniform_groups``: the executions drawn per step, counted in batches, over the run
+    so far (DAPO's max_num_gen_batches). Past it, groups without a signal fill batches again (their
+    tokens are still left out of the loss), so a task the policy cannot tell apart cannot stall the run."""
     lr: float = 1e-6
     """AdamW learning rate."""
     micro_batch_tokens: int = 16384
@@ -269,20 +279,37 @@ class EvalConfig:
     tasks: str = ""
     """JSONL file of held-out tasks (as ``rollout.tasks``); empty: no evaluation."""
     every_steps: int = 0
-    """Evaluate weights version N (trained by step N-1) when N is a multiple of this (0: never).
-    An evaluation starts as soon as a server serves those weights, runs through the same gateway,
-    harness and verifier, only on servers serving them (or newer), and is never trained on."""
+    """Also evaluate weights version N (trained by step N-1) when N is a multiple of this (0: only
+    at the start and end). An evaluation starts as soon as a server serves those weights, runs
+    through the same gateway, harness and verifier, only on servers serving them (or newer), and
+    is never trained on."""
+    at_start: bool = True
+    """Evaluate the starting weights (v0, ``weight_version`` 0 in ``evals.jsonl``) as soon as the
+    first server serves them: the baseline every later evaluation is read against."""
+    at_end: bool = True
+    """Evaluate the final weights (v``run.steps``) whatever ``every_steps`` says; the head ends
+    only once that evaluation ended (the cells serve the final weights meanwhile)."""
     executions_per_task: int = 4
     """Executions of each eval task: k of pass@k."""
     temperature: float | None = None
     """Sampling temperature the gateway sets on every call of an eval execution, whatever the
-    harness asks for (null: the harness's own)."""
+    harness asks for (null: the harness's own). At 0 (greedy) a call asking for ``n`` > 1 choices,
+    which vLLM refuses at temperature 0, is sent as temperature 1 with ``top_k`` 1: the same argmax
+    tokens, n identical choices, so a harness never breaks on it."""
     pass_threshold: float = 1.0
-    """An eval execution passes when its reward is at least this (pass@1, pass@k)."""
+    """An eval execution passes when its reward is at least this (pass@1, pass@k, over the tasks
+    whose executions all ran: an infrastructure failure is counted apart, in ``infra_failures``)."""
     blocking: bool = False
-    """The training step after an evaluated version waits until its evaluation ended (as verl's
-    validation does), so each evaluation scores exactly the weights the next step starts from and
-    no training overlaps it; the cells serve meanwhile. Off: evaluations run beside training."""
+    """The training step after an evaluated version (the first step too, with ``at_start``) waits
+    until its evaluation ended (as verl's validation does), so each evaluation scores exactly the
+    weights the next step starts from and no training overlaps it; the cells serve meanwhile.
+    Off: evaluations run beside training, and a call of one may reach a server already serving
+    newer weights."""
+
+    @property
+    def evaluates(self) -> bool:
+        """Whether the run evaluates at all: a tasks file and at least one version to evaluate."""
+        return bool(self.tasks) and (self.every_steps > 0 or self.at_start or self.at_end)
 
 
 @dataclass(frozen=True)

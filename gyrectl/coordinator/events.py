@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gyrectl.coordinator.groups import OpenGroup, block_of_group, group_of
 from gyrectl.coordinator.state import CellTable, CoordinatorState, Phase, TrainerGroup, TrainStep
 
 
@@ -44,6 +45,9 @@ class Finished:
     infra_failure: bool = False
     """It ended without a reward (no output, the verifier kept failing): it is buffered and claimed
     like any other, so batches keep their place in the dispatch order, but never trained."""
+    reward: float | None = None
+    """Its reward (None: an infrastructure failure, or not known: a simulated execution), which
+    says whether its group has a learning signal (``training.skip_uniform_groups``)."""
 
 
 @dataclass(frozen=True)
@@ -211,11 +215,23 @@ def _started(state: CoordinatorState, e: Started) -> CoordinatorState:
 
 
 def _finished(state: CoordinatorState, e: Finished) -> CoordinatorState:
+    """Counts the execution; the last member of its group brings the whole group into the buffer,
+    or keeps it out if it has no learning signal and ``training.skip_uniform_groups`` allows."""
     assert e.seq < state.dispatched and state.finished < state.dispatched, "finished more than dispatched"
-    batch = e.seq // state.limits.batch_executions
+    size = state.limits.group_size
+    number = group_of(e.seq, group_size=size)
+    group = (state.open_groups.get(number) or OpenGroup(ended=0, oldest_version=e.version)).with_member(
+        version=e.version, reward=e.reward, infra_failure=e.infra_failure)
+    buffer, skipped = state.buffer, state.skipped_uniform
+    if group.ended == size and group.uniform and state.may_skip_uniform():
+        skipped += size
+    elif group.ended == size:
+        block = block_of_group(number, group_size=size, batch_executions=state.limits.batch_executions)
+        buffer = _add_to_buffer(buffer, block, group.oldest_version, size)
+    open_groups = state.open_groups.put(number, group if group.ended < size else None)
     return dataclasses.replace(state, finished=state.finished + 1, timed_out=state.timed_out + e.timed_out,
                                infra_failures=state.infra_failures + e.infra_failure,
-                               buffer=_add_to_buffer(state.buffer, batch, e.version, 1))
+                               buffer=buffer, open_groups=open_groups, skipped_uniform=skipped)
 
 
 def _phase_changed(state: CoordinatorState, e: PhaseChanged) -> CoordinatorState:

@@ -9,12 +9,13 @@ the capacity rule compares it with the pool's slots.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
 from typing import Literal
 
 from gyrectl.config.schema import Config
+from gyrectl.coordinator.groups import OpenGroups
 
 
 class Phase(str, Enum):
@@ -121,6 +122,12 @@ class Limits:
     """Executions one rollout server serves at once (rollout.concurrency_per_server)."""
     batch_executions: int
     max_staleness: int
+    group_size: int = 1
+    """Executions of one task that form a GRPO group (``rollout.executions_per_task``): the buffer
+    takes finished executions a whole group at a time (:mod:`gyrectl.coordinator.groups`)."""
+    uniform_skips_per_step: int = 0
+    """Executions of groups without a signal that may be kept out of the buffer, per training step
+    so far (``training.skip_uniform_groups``: ``batch_executions x (max_batch_draws - 1)``; 0: none)."""
     min_rollout_cells: int = 0
     async_train_cells: int = 1
     total_executions: int = 0
@@ -136,6 +143,11 @@ class Limits:
     eval_blocks_every: int = 0
     """A training step waits for the evaluation of the weights it starts from when their version
     is a multiple of this (``eval.every_steps`` with ``eval.blocking``; 0: never)."""
+    eval_blocks_start: bool = False
+    """The first training step waits for the evaluation of the starting weights (``eval.at_start``
+    with ``eval.blocking``)."""
+    eval_final: bool = False
+    """The run is done only once its final weights were evaluated (``eval.at_end``)."""
 
 
 @dataclass(frozen=True)
@@ -190,16 +202,22 @@ class CoordinatorState:
     version: int = 0
     """Latest weights version published by the trainer (= training steps completed)."""
     buffer: tuple[tuple[int, int, int], ...] = ()
-    """Finished, not yet trained executions as sorted ``(batch, version, count)``: ``version`` is the
-    weights they were dispatched with, ``batch`` their dispatch-order block (seq // batch)."""
+    """Finished, not yet trained executions of whole groups as sorted ``(batch, version, count)``:
+    ``version`` is the weights their group's oldest member was dispatched with, ``batch`` their
+    dispatch-order block (seq // batch); every count is a multiple of the group size."""
+    open_groups: OpenGroups = field(default_factory=OpenGroups, hash=False)
+    """Groups some of whose members ended (not yet buffered), by group number."""
+    skipped_uniform: int = 0
+    """Of ``finished``, executions of groups without a learning signal kept out of the buffer
+    (``training.skip_uniform_groups``): never trained, and made up for by more dispatches."""
     train: TrainStep | None = None
     """The training step in progress, if any."""
     trainer: TrainerGroup | None = None
     """The resident training group that is up (training ``train``, or waiting for the next step)."""
     staleness: tuple[tuple[int, int], ...] = ()
     """Histogram ``(versions behind, executions)`` of everything trained so far."""
-    evaluated: int = 0
-    """The newest weights version whose evaluation ended (0: none yet)."""
+    evaluated: int = -1
+    """The newest weights version whose evaluation ended (-1: none yet; 0: the starting weights)."""
 
     @property
     def in_flight(self) -> int:
@@ -210,7 +228,8 @@ class CoordinatorState:
     def awaiting_eval(self) -> bool:
         """The next training step must wait for the evaluation of the latest weights."""
         every = self.limits.eval_blocks_every
-        return every > 0 and self.version > 0 and self.version % every == 0 and self.evaluated < self.version
+        due = self.limits.eval_blocks_start if self.version == 0 else every > 0 and self.version % every == 0
+        return due and self.evaluated < self.version
 
     @property
     def buffered(self) -> int:
@@ -218,8 +237,11 @@ class CoordinatorState:
 
     @property
     def done(self) -> bool:
+        """Every step trained and, with ``eval_final``, the final weights evaluated (the policies
+        keep serving the newest weights after the last step, so that evaluation can run)."""
         total = self.limits.total_executions
-        return total > 0 and self.trained >= total and self.train is None
+        trained = total > 0 and self.trained >= total and self.train is None
+        return trained and (not self.limits.eval_final or self.evaluated >= self.version)
 
     def phase_count(self, *phases: Phase) -> int:
         counts = self.cells.counts
@@ -227,6 +249,11 @@ class CoordinatorState:
 
     def cells_in(self, *phases: Phase) -> list[CellState]:
         return list(self.cells.select(phases))
+
+    def may_skip_uniform(self) -> bool:
+        """One more group without a signal may be kept out: within the draws allowed so far."""
+        allowance = (self.version + 1) * self.limits.uniform_skips_per_step
+        return self.skipped_uniform + self.limits.group_size <= allowance
 
     def next_batch_size(self) -> int:
         total = self.limits.total_executions
@@ -241,12 +268,17 @@ def initial_state(limits: Limits) -> CoordinatorState:
 def limits_from_config(config: Config) -> Limits:
     """The run's limits: it trains ``run.steps`` batches (the simulator sets its own length:
     :func:`gyrectl.sim.run.simulated_limits`)."""
-    total = config.run.steps * config.training.batch_executions
+    total, evaluation = config.run.steps * config.training.batch_executions, config.eval
     return Limits(num_cells=config.num_cells, slots_per_cell=config.rollout.concurrency_per_server,
                   batch_executions=config.training.batch_executions, max_staleness=config.scheduler.max_staleness,
+                  group_size=config.rollout.executions_per_task,
+                  uniform_skips_per_step=(config.training.batch_executions * (config.training.max_batch_draws - 1)
+                                          if config.training.skip_uniform_groups else 0),
                   min_rollout_cells=config.scheduler.min_rollout_cells,
                   async_train_cells=config.scheduler.async_train_cells, total_executions=total,
                   batch_order=config.scheduler.batch_order, grow_running_step=config.scheduler.grow_running_step,
                   sleep_level=config.rollout.sleep_level,
                   resident_trainer=config.training.resident and not config.scheduler.grow_running_step,
-                  eval_blocks_every=config.eval.every_steps if config.eval.blocking else 0)
+                  eval_blocks_every=config.eval.every_steps if config.eval.blocking else 0,
+                  eval_blocks_start=evaluation.evaluates and evaluation.at_start and evaluation.blocking,
+                  eval_final=evaluation.evaluates and evaluation.at_end)

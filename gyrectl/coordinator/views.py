@@ -90,6 +90,8 @@ class ExecutionCounts:
     """Executions trained on (infrastructure failures never are)."""
     infra_failures: int = 0
     """Executions that ended without a reward (the harness printed no output, the verifier failed)."""
+    uniform_skipped: int = 0
+    """Executions of groups without a learning signal kept out of training (``training.skip_uniform_groups``)."""
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -122,7 +124,8 @@ def training_row(state: CoordinatorState) -> TrainingRow | None:
 
 def execution_counts(state: CoordinatorState) -> ExecutionCounts:
     return ExecutionCounts(dispatched=state.dispatched, in_flight=state.in_flight, finished=state.finished,
-                           trained=state.trained - state.left_out, infra_failures=state.infra_failures)
+                           trained=state.trained - state.left_out, infra_failures=state.infra_failures,
+                           uniform_skipped=state.skipped_uniform)
 
 
 def placed_cells(events: Sequence[Event], discovered: Sequence[tuple[str, ...]]) -> list[tuple[str, ...]]:

@@ -149,5 +149,5 @@ class LiveExecutions:
         self._log.append(record.to_json())
         self._claims.add([record])
         self._outbox.emit(Finished(seq=seq, version=version, timed_out=ended.timed_out, at=ended.ended_at,
-                                   infra_failure=not record.trainable))
+                                   infra_failure=not record.trainable, reward=record.reward))
         self._failures.count(ended, record)

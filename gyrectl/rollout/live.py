@@ -60,7 +60,7 @@ def live_rollouts(*, run: RunDir, gateway: GatewayControl, harnesses: Harnesses,
     """``servers``: each cell's replicas; ``replicas_of(cell, nodes)``: a cell's replicas on other
     nodes (after ``place``); ``stopping()``: whether the run is being stopped."""
     outbox, log = Outbox(), JsonlAppender(run.executions_file)
-    claims = BatchClaims(run=run, batch_executions=batch_executions, log=log)
+    claims = BatchClaims(run=run, batch_executions=batch_executions, group_size=executions_per_task, log=log)
     driver = None if evals is None else EvalDriver(run=run, plan=evals, gateway=gateway, harnesses=harnesses,
                                                    verifier=verifier, outbox=outbox)
     cell_servers = LiveCellServers(run=run, gateway=gateway, servers=servers, replicas_of=replicas_of,

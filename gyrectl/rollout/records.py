@@ -39,11 +39,11 @@ class ExecutionRecord:
     def trainable(self) -> bool:
         return self.status != "infra_failure"
 
-    def batch_entry(self) -> BatchEntry:
-        """What a batch file says of it (a trainable training execution)."""
+    def batch_entry(self, *, group: int) -> BatchEntry:
+        """What a batch file says of it (a trainable training execution of GRPO group ``group``)."""
         assert self.trainable and self.reward is not None
         return BatchEntry(execution=self.execution, task=self.task, reward=self.reward,
-                          weight_version=self.weight_version)
+                          weight_version=self.weight_version, group=group)
 
     def to_json(self) -> dict[str, Any]:
         line: dict[str, Any] = {"execution": self.execution}

@@ -3,11 +3,15 @@ the step claims them (:mod:`gyrectl.rollout.claims`) and read by the trainer
 (:mod:`gyrectl.train.batch`)::
 
     {"step": N, "weights_version": N,
-     "executions": [{"execution": "e000012", "task": "t3", "reward": 0.25, "weight_version": 0}, ...],
+     "executions": [{"execution": "e000012", "task": "t3", "reward": 0.25, "weight_version": 0,
+                     "group": 3}, ...],
      "left_out": ["e000013", ...]}
 
 ``executions`` lists only executions that ended ``ok`` or ``timed_out``; ``left_out`` names the
-infrastructure failures the step claimed but does not train (older files may lack it).
+infrastructure failures the step claimed but does not train (older files may lack it). A batch is
+whole GRPO groups; ``group`` numbers an execution's group (``seq // rollout.executions_per_task``),
+so two groups of one task in a batch keep their own baselines (older files lack it: their
+executions are grouped by ``task``).
 """
 
 from __future__ import annotations
@@ -26,16 +30,24 @@ class BatchEntry:
     task: str
     reward: float
     weight_version: int | None
+    group: int | None = None
+
+    @property
+    def group_key(self) -> str:
+        """What its advantage baseline is shared by: its group, or (older files) its task."""
+        return f"group {self.group}" if self.group is not None else f"task {self.task}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"execution": self.execution, "task": self.task, "reward": self.reward,
+        line = {"execution": self.execution, "task": self.task, "reward": self.reward,
                 "weight_version": self.weight_version}
+        return line if self.group is None else line | {"group": self.group}
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> BatchEntry:
-        version = obj.get("weight_version")
+        version, group = obj.get("weight_version"), obj.get("group")
         return cls(execution=str(obj["execution"]), task=str(obj["task"]), reward=float(obj["reward"]),
-                   weight_version=None if version is None else int(version))
+                   weight_version=None if version is None else int(version),
+                   group=None if group is None else int(group))
 
 
 @dataclass(frozen=True)

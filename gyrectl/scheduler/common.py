@@ -10,11 +10,12 @@ from gyrectl.coordinator.state import CoordinatorState, Phase
 def staleness_budget(state: CoordinatorState, *, version: int, max_staleness: int) -> int:
     """Executions that may still be dispatched with weights ``version``: execution ``seq`` belongs to
     dispatch-order block ``seq // batch``, and block ``version + max_staleness`` is the last one that
-    is trained at most ``max_staleness`` versions late (exactly so under dispatch-order batches)."""
+    is trained at most ``max_staleness`` versions late (exactly so under dispatch-order batches).
+    Groups kept out for want of a signal (``training.skip_uniform_groups``) are made up for."""
     limits = state.limits
-    allowed = (version + max_staleness + 1) * limits.batch_executions
+    allowed = (version + max_staleness + 1) * limits.batch_executions + state.skipped_uniform
     if limits.total_executions:
-        allowed = min(allowed, limits.total_executions)
+        allowed = min(allowed, limits.total_executions + state.skipped_uniform)
     return max(0, allowed - state.dispatched)
 
 
@@ -36,8 +37,10 @@ def next_batch(state: CoordinatorState) -> tuple[tuple[int, int, int], ...] | No
     """The buffered executions the next training step takes, or None if no batch is ready (or the
     step must wait for an evaluation: ``eval.blocking``).
 
-    ``completion``: the next ``batch_executions`` finished, oldest weights first; ``dispatch``:
-    exactly block ``version`` of the dispatch order, once all of it has finished."""
+    The buffer holds whole groups only (:mod:`gyrectl.coordinator.groups`), and the batch size
+    is a multiple of the group size, so a batch is whole groups. ``completion``: the next
+    ``batch_executions`` finished, oldest weights first; ``dispatch``: exactly block ``version``
+    of the dispatch order, once all of it has finished."""
     size = state.next_batch_size()
     if size <= 0 or state.awaiting_eval:
         return None

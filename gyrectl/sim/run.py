@@ -52,14 +52,15 @@ def simulated_limits(config: Config) -> Limits:
     waiting for an evaluation (the simulator runs none: with ``eval.blocking`` it would wait forever)."""
     limits = limits_from_config(config)
     total = config.simulator.workload_size or limits.total_executions
-    return dataclasses.replace(limits, total_executions=total, eval_blocks_every=0)
+    return dataclasses.replace(limits, total_executions=total, eval_blocks_every=0, eval_blocks_start=False,
+                               eval_final=False)
 
 
 def simulated_world(config: Config, workload: Workload) -> SimulatedWorld:
     limits = simulated_limits(config)
     return build_world(costs=costs_from_config(config), workload=workload, num_cells=limits.num_cells,
                        nodes_per_cell=config.cells.nodes_per_cell, batch_executions=limits.batch_executions,
-                       executions_movable=config.simulator.executions_movable)
+                       group_size=limits.group_size, executions_movable=config.simulator.executions_movable)
 
 
 def simulated_actuator(config: Config, world: SimulatedWorld) -> Actuator:

@@ -42,10 +42,10 @@ class SimulatedWorld:
 
 
 def build_world(*, costs: SimulatedCosts, workload: Workload, num_cells: int, nodes_per_cell: int,
-                batch_executions: int, executions_movable: bool) -> SimulatedWorld:
+                batch_executions: int, group_size: int, executions_movable: bool) -> SimulatedWorld:
     clock, accounts, outbox = VirtualClock(), Accounts(), Outbox()
     roles = CellRoles(costs, num_cells)
-    batches = SimulatedBatches(batch_executions=batch_executions)
+    batches = SimulatedBatches(batch_executions=batch_executions, group_size=group_size)
     pool = RolloutPool(clock=clock, costs=costs, workload=workload, accounts=accounts, batches=batches, outbox=outbox,
                        num_cells=num_cells, executions_movable=executions_movable)
     steps = CellSteps(clock=clock, costs=costs, roles=roles, accounts=accounts, batches=batches, pool=pool)

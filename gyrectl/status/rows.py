@@ -64,7 +64,8 @@ class ServerRow(_FileRow):
 @dataclass(frozen=True)
 class StepRow(_FileRow):
     """A finished training step: a ``metrics.jsonl`` line with the fields of
-    :data:`gyrectl.run.files.STEP_METRICS`."""
+    :data:`gyrectl.run.files.STEP_METRICS`; ``groups`` and ``groups_without_signal`` are None in
+    lines of trainers from before they were counted."""
 
     step: int
     reward_mean: float
@@ -73,18 +74,33 @@ class StepRow(_FileRow):
     trained_tokens: int
     weight_version: int
     duration_s: float
+    groups: int | None = None
+    groups_without_signal: int | None = None
+
+    @property
+    def without_signal(self) -> bool:
+        """Every group of the step had a uniform reward: it trained on zero advantages only."""
+        return self.groups_without_signal is not None and self.groups_without_signal == self.groups
 
     @classmethod
     def of(cls, record: dict[str, Any]) -> StepRow:
         return cls(step=record["step"], reward_mean=record["reward_mean"], executions=record["executions"],
                    naive_tokens=record["naive_tokens"], trained_tokens=record["trained_tokens"],
-                   weight_version=record["weight_version"], duration_s=record["duration_s"], record=record)
+                   weight_version=record["weight_version"], duration_s=record["duration_s"],
+                   groups=_optional_int(record.get("groups")),
+                   groups_without_signal=_optional_int(record.get("groups_without_signal")), record=record)
+
+
+def _optional_int(value: Any) -> int | None:
+    """A field a damaged or older line may lack or garble: shown as unknown, not as an error."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 @dataclass(frozen=True)
 class EvalRow(_FileRow):
     """A finished evaluation: an ``evals.jsonl`` line with the fields of
-    :data:`gyrectl.run.files.EVAL_SUMMARY`."""
+    :data:`gyrectl.run.files.EVAL_SUMMARY`; ``infra_failures`` is None in lines of heads from
+    before evaluations counted them."""
 
     weight_version: int
     executions: int
@@ -92,9 +108,11 @@ class EvalRow(_FileRow):
     pass_at_1: float | None
     pass_at_k: float | None
     k: int
+    infra_failures: int | None = None
 
     @classmethod
     def of(cls, record: dict[str, Any]) -> EvalRow:
+        failures = record.get("infra_failures")
         return cls(weight_version=record["weight_version"], executions=record["executions"],
                    reward_mean=record["reward_mean"], pass_at_1=record["pass_at_1"], pass_at_k=record["pass_at_k"],
-                   k=record["k"], record=record)
+                   k=record["k"], infra_failures=failures if type(failures) is int else None, record=record)

@@ -9,7 +9,8 @@ the coordinator's journal.
                          step's end that neither served nor trained (starting, switching,
                          waiting, idle, lost: GPUs doing nothing useful)
     moves/<from>_to_<to>_s  per move (numbered in order): how long the move took
-    eval/<key>           per evaluation, at its weights version: reward_mean, pass_at_1, pass_at_k
+    eval/<key>           per evaluation, at its weights version (v0: the starting weights):
+                         reward_mean, pass_at_1, pass_at_k, infra_failures
 
 Every scalar has a step (x axis) and a wall-clock time; the same files always give the same
 scalars, so a writer only has to remember which (tag, step) it wrote.
@@ -28,7 +29,8 @@ from gyrectl.coordinator.views import moves
 
 STEP_KEYS = ("reward_mean", "reward_std", "loss", "kl", "clip_fraction", "importance_weight_mean", "grad_norm",
              "dedup_ratio", "executions", "executions_skipped", "naive_tokens", "unique_tokens", "trained_tokens",
-             "micro_batches", "duration_s", "peak_memory_gb", "world_size")
+             "micro_batches", "duration_s", "peak_memory_gb", "world_size", "groups", "groups_without_signal",
+             "signal_token_share")
 BUSY = ("rollout", "training")
 """Timeline labels of a cell doing useful work (:func:`gyrectl.coordinator.timeline.role_segments`)."""
 
@@ -51,7 +53,7 @@ def run_scalars(metrics: Sequence[dict[str, Any]], events: Sequence[Event], init
 
 def eval_scalars(evals: Sequence[dict[str, Any]]) -> list[Scalar]:
     return [Scalar(f"eval/{key}", int(line["weight_version"]), float(line[key]), float(line.get("at", 0.0)))
-            for line in evals for key in ("reward_mean", "pass_at_1", "pass_at_k")
+            for line in evals for key in ("reward_mean", "pass_at_1", "pass_at_k", "infra_failures")
             if isinstance(line.get(key), int | float)]
 
 

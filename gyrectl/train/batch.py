@@ -6,7 +6,9 @@ turned into packed micro-batches with per-execution advantages.
 
 The batch file's format and its reader are :mod:`gyrectl.run.batch_file`'s. An execution of it that
 recorded no call at all (the harness failed before asking the model) has nothing to train: it is skipped,
-counted in ``num_skipped``, and left out of its group's advantage statistics.
+counted in ``num_skipped``, and left out of its group's advantage statistics. With
+``training.skip_uniform_groups``, the executions of a group without a learning signal (advantage
+0 for all) are left out of the trees too, so they do not dilute the loss's token mean.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from gyrectl.run.batch_file import BatchFile
 from gyrectl.run.rundir import RunDir
 from gyrectl.store.damage import log_skipped
 from gyrectl.train.grpo import group_advantages
+from gyrectl.train.signal import Signal, batch_signal
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +48,8 @@ class StepBatch:
     """Tokens after dedup, before packing (exact: every trie node; paths: the sampled union)."""
     trained_tokens: int
     """Unique tokens with a non-zero loss weight."""
+    signal: Signal
+    """Groups, groups without signal, and the trained tokens that carry one."""
 
     @property
     def dedup_ratio(self) -> float:
@@ -55,19 +60,26 @@ def build_step_batch(*, run: RunDir, config: Config, batch: BatchFile) -> StepBa
     """Everything the step trains on; identical on every rank (pure given the files)."""
     recorded = _recorded_calls(run, [e.execution for e in batch.entries]) if batch.entries else {}
     present = [e for e in batch.entries if recorded.get(e.execution)]
-    trees = [build_tree(e.execution, recorded[e.execution]) for e in present]
+    groups = {e.execution: e.group_key for e in present}
+    advantages = group_advantages(rewards={e.execution: e.reward for e in present}, groups=groups)
+    if config.training.skip_uniform_groups:  # not even in the loss's normaliser
+        with_signal = {groups[e] for e, advantage in advantages.items() if advantage != 0}
+        trained = [e for e in present if groups[e.execution] in with_signal]
+    else:
+        trained = present
+    trees = [build_tree(e.execution, recorded[e.execution]) for e in trained]
     if config.dedup.mode == "exact":  # token mean over (path, sampled token) pairs: DAPO-style token-level GRPO
         weighted = exact_dedup(trees, normalisation="token")
     else:  # a different sample every step, the same on every rank and on a retry
         weighted = paths_dedup(trees, j_max=config.dedup.j_max, seed=config.run.seed + batch.step)
-    advantages = group_advantages(rewards={e.execution: e.reward for e in present},
-                                  groups={e.execution: e.task for e in present})
+    signal = batch_signal(advantages=advantages, groups=groups,
+                          trained_tokens={w.execution: w.num_trained for w in weighted})
     return StepBatch(
         micro_batches=tuple(pack(weighted, budget=config.training.micro_batch_tokens)),
         advantages=advantages, rewards={e.execution: e.reward for e in batch.entries},
-        num_executions=len(present), num_skipped=len(batch.entries) - len(present),
+        num_executions=len(trained), num_skipped=len(batch.entries) - len(present),
         naive_tokens=sum(t.num_naive_tokens for t in trees), unique_tokens=sum(w.num_tokens for w in weighted),
-        trained_tokens=sum(w.num_trained for w in weighted))
+        trained_tokens=sum(w.num_trained for w in weighted), signal=signal)
 
 
 def _recorded_calls(run: RunDir, executions: list[str]) -> dict:

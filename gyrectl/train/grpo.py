@@ -1,7 +1,8 @@
 """GRPO's two pure pieces: group-relative advantages and the token-level policy-gradient loss.
 
-Advantages. Executions of the same task form a group; an execution's advantage is
-``(r - mean) / (std + 1e-4)`` over its group *as present in the batch* (population std, ddof=0).
+Advantages. The executions of one GRPO group (one task's, and a batch holds whole groups) share a
+baseline: an execution's advantage is ``(r - mean) / (std + 1e-4)`` over its group *as present in
+the batch* (population std, ddof=0; infrastructure failures are not present).
 A group of one gets 0: with nothing to compare against, its reward says nothing about whether
 this attempt was better or worse than the policy's usual, so it must not push the policy.
 
@@ -34,7 +35,7 @@ ADVANTAGE_EPS = 1e-4
 
 
 def group_advantages(*, rewards: Mapping[str, float], groups: Mapping[str, str]) -> dict[str, float]:
-    """Advantage of every execution in ``rewards``; ``groups`` maps an execution to its task."""
+    """Advantage of every execution in ``rewards``; ``groups`` maps an execution to its group."""
     members: dict[str, list[str]] = {}
     for execution in rewards:
         members.setdefault(groups[execution], []).append(execution)

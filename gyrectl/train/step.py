@@ -247,6 +247,8 @@ def _metrics(*, step: int, batch: StepBatch, result: StepResult, world: World, l
         "kl": result.stats.kl, "clip_fraction": result.stats.clip_fraction,
         "importance_weight_mean": result.stats.mean_importance_weight, "grad_norm": result.grad_norm,
         "executions": batch.num_executions, "executions_skipped": batch.num_skipped,
+        "groups": batch.signal.groups, "groups_without_signal": batch.signal.groups_without_signal,
+        "signal_token_share": round(batch.signal.token_share, 4),
         "micro_batches": len(batch.micro_batches), "naive_tokens": batch.naive_tokens,
         "unique_tokens": batch.unique_tokens, "trained_tokens": batch.trained_tokens,
         "dedup_ratio": round(batch.dedup_ratio, 4), "duration_s": 0.0, "time_s": {**timer.phases, "save": 0.0},

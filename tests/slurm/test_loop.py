@@ -15,6 +15,7 @@ from gyrectl.config import load_config
 from gyrectl.coordinator.events import PhaseChanged, StepFailed, TrainEnded, TrainStarted
 from gyrectl.coordinator.state import Phase
 
+from batch_groups import assert_whole_groups
 from runs import batches, events, execution_records, launch_loop, status, wait_for, wait_until_ended
 
 pytestmark = [pytest.mark.usefixtures("slurm_cluster"), pytest.mark.vllm, pytest.mark.loop, pytest.mark.slow]
@@ -113,6 +114,8 @@ def test_no_execution_lost_or_trained_twice(finished) -> None:
     assert len(trained) == len(set(trained)) == CONFIG.run.steps * CONFIG.training.batch_executions
     assert set(trained) <= {r["execution"] for r in records}
     assert view["executions"]["trained"] == len(trained)
+    assert assert_whole_groups(run_dir, group_size=CONFIG.rollout.executions_per_task) == \
+        len(trained) // CONFIG.rollout.executions_per_task
     assert not [e for e in events(run_dir) if isinstance(e, StepFailed)], "a clean run has no failed step"
 
 

@@ -35,10 +35,12 @@ def run_and_batch(tmp_path, tiny_model_dir, tiny_model):
     return run, batch
 
 
-def step_batch(run, **dedup):
+def step_batch(run, training=None, **dedup):
     config = load_config(run.config_file)
     if dedup:
         config = dataclasses.replace(config, dedup=DedupConfig(**dedup))
+    if training:
+        config = dataclasses.replace(config, training=training)
     return build_step_batch(run=run, config=config, batch=read_batch_file(run=run, step=0)), config
 
 
@@ -55,9 +57,17 @@ def test_counts_advantages_and_a_skipped_execution(run_and_batch):
     records = [r for rollout in batch for r in rollout.records]
     assert built.naive_tokens == sum(len(sequence(r)) for r in records)
     assert built.unique_tokens == sum(unique_trie_positions(list(rollout.records)) for rollout in batch)
-    assert built.trained_tokens == sum(len({sequence(r)[:t + 1] for r in rollout.records
-                                            for t in range(len(r.prompt_token_ids), len(sequence(r)))})
-                                       for rollout in batch)
+    trained = {rollout.execution: len({sequence(r)[:t + 1] for r in rollout.records
+                                       for t in range(len(r.prompt_token_ids), len(sequence(r)))})
+               for rollout in batch}
+    assert built.trained_tokens == sum(trained.values())
+    # A file without groups (an older head's) groups by task: t0's three executions, and t1's one
+    # (a group of one: no signal)
+    assert (built.signal.groups, built.signal.groups_without_signal) == (2, 1)
+    assert built.signal.signal_tokens == built.trained_tokens - trained["e3"] > 0
+    skipping, _ = step_batch(run, training=dataclasses.replace(TRAINING, skip_uniform_groups=True))
+    assert skipping.num_executions == 3 and skipping.trained_tokens == built.signal.signal_tokens
+    assert skipping.signal.groups_without_signal == 1  # still reported, though not trained
     assert (built.num_executions, built.num_skipped) == (4, 1)
     assert set(built.rewards) == {"e0", "e1", "e2", "e3", "e9"}
     assert set(built.advantages) == {"e0", "e1", "e2", "e3"} and built.advantages["e3"] == 0.0

@@ -15,12 +15,13 @@ from gyrectl.sim.workload import Workload
 
 def small_config(*, policy: str = "elastic", cells: int = 4, slots: int = 4, batch: int = 8, steps: int = 4,
                  staleness: int = 1, movable: bool = True, order: str = "completion", train_cells: int = 1,
-                 min_rollout: int = 0, time_limit_s: float = 600.0) -> Config:
+                 min_rollout: int = 0, time_limit_s: float = 600.0, group: int = 1) -> Config:
     return parse_config({
         "run": {"steps": steps},
         "cluster": {"nodes": cells, "gpus_per_node": 8},
         "cells": {"nodes_per_cell": 1},
-        "rollout": {"concurrency_per_server": slots, "executions_per_task": 1, "execution_time_limit_s": time_limit_s},
+        "rollout": {"concurrency_per_server": slots, "executions_per_task": group,
+                    "execution_time_limit_s": time_limit_s},
         "training": {"batch_executions": batch},
         "scheduler": {"policy": policy, "max_staleness": staleness, "async_train_cells": train_cells,
                       "min_rollout_cells": min_rollout, "batch_order": order},
@@ -46,6 +47,9 @@ def check_invariants(config: Config, events: list[Event]) -> CoordinatorState:
                 f"capacity rule broken: w={state.in_flight} > C_R - C_cell = ({serving} - 1) x {slots}")
             if config.scheduler.policy == "elastic":  # the standalone pool is an elastic option
                 assert serving - 1 >= state.limits.min_rollout_cells, "a cell of the standalone rollout pool left"
+        if isinstance(event, TrainStarted):
+            size = state.limits.group_size
+            assert all(count % size == 0 for _, _, count in event.take), "a step took part of a group"
         if isinstance(event, TrainStarted | TrainExtended):
             cells = event.cells if isinstance(event, TrainStarted) else (event.cell,)
             assert all(state.cells[c].phase is Phase.TRAIN for c in cells), "a cell trains while serving"
@@ -57,6 +61,7 @@ def check_invariants(config: Config, events: list[Event]) -> CoordinatorState:
     total = state.limits.total_executions
     assert sorted(finished) == list(range(total)) and set(finished.values()) == {1}, "an execution lost or doubled"
     assert state.dispatched == state.finished == state.trained == total and state.buffered == 0
+    assert not state.open_groups, "a group never became whole"
     return state
 
 

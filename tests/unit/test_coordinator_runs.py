@@ -18,13 +18,14 @@ from coordinator_cases import check_invariants, small_config, workload
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(policy=st.sampled_from(["elastic", "colocate", "async"]), cells=st.integers(2, 5), slots=st.integers(1, 6),
-       batch=st.integers(1, 12), steps=st.integers(1, 4), staleness=st.integers(0, 2), movable=st.booleans(),
-       order=st.sampled_from(["completion", "dispatch"]), pool=st.integers(0, 4),
-       durations=st.lists(st.floats(1.0, 2000.0), min_size=1, max_size=30))
-def test_every_policy_keeps_its_invariants(policy, cells, slots, batch, steps, staleness, movable, order, pool,
-                                           durations):
+       group=st.integers(1, 4), groups_per_batch=st.integers(1, 6), steps=st.integers(1, 4),
+       staleness=st.integers(0, 2), movable=st.booleans(), order=st.sampled_from(["completion", "dispatch"]),
+       pool=st.integers(0, 4), durations=st.lists(st.floats(1.0, 2000.0), min_size=1, max_size=30))
+def test_every_policy_keeps_its_invariants(policy, cells, slots, group, groups_per_batch, steps, staleness, movable,
+                                           order, pool, durations):
+    batch = group * groups_per_batch
     config = small_config(policy=policy, cells=cells, slots=slots, batch=batch, steps=steps, staleness=staleness,
-                          movable=movable, order=order, train_cells=1, min_rollout=min(pool, cells - 1))
+                          movable=movable, order=order, train_cells=1, min_rollout=min(pool, cells - 1), group=group)
     sim = simulate(config, workload_spec=workload(durations))
     state = check_invariants(config, sim.events)
     assert state.version == -(-steps * batch // batch)

@@ -29,14 +29,20 @@ def test_simulator_field_is_validated():
 
 def test_real_runs_read_no_simulator_field_and_the_simulator_passes_its_own():
     config = load_config(REPO / "configs/sim-32nodes.yaml",
-                         ["simulator.workload_size=12", "scheduler.batch_order=dispatch", "eval.every_steps=2",
+                         ["simulator.workload_size=16", "scheduler.batch_order=dispatch", "eval.every_steps=2",
                           "eval.tasks=eval.jsonl", "eval.blocking=true"])
     real, simulated = limits_from_config(config), simulated_limits(config)
     assert real.total_executions == config.run.steps * config.training.batch_executions
-    assert (simulated.total_executions, simulated.eval_blocks_every, real.eval_blocks_every) == (12, 0, 2)
+    assert (simulated.total_executions, simulated.eval_blocks_every, real.eval_blocks_every) == (16, 0, 2)
     assert real.batch_order == simulated.batch_order == "dispatch"
+    assert real.eval_final and not simulated.eval_final  # the simulator runs no evaluation to wait for
     with pytest.raises(ConfigError, match="simulator.batch_order"):  # moved to scheduler.batch_order
         load_config(REPO / "configs/sim-32nodes.yaml", ["simulator.batch_order=dispatch"])
+
+
+def test_a_simulated_workload_is_whole_groups():
+    with pytest.raises(ConfigError, match="workload_size: 12 is not a multiple of rollout.executions_per_task=8"):
+        load_config(REPO / "configs/sim-32nodes.yaml", ["simulator.workload_size=12"])
 
 
 def test_the_coordinator_reads_no_simulator_field():

@@ -33,11 +33,11 @@ EVENTS = (PhaseChanged(cell=0, phase=Phase.STARTING, at=T0, step_id="s0"),
           PhaseChanged(cell=1, phase=Phase.STARTING, at=T0, step_id="s1"),
           PhaseChanged(cell=0, phase=Phase.ROLLOUT, at=T0 + 30, step_id="s0", weight_version=0),
           PhaseChanged(cell=1, phase=Phase.ROLLOUT, at=T0 + 31, step_id="s1", weight_version=0),
-          Dispatched(count=4, version=0, at=T0 + 31),
-          *(Finished(seq=i, version=0, timed_out=False, at=T0 + 40, infra_failure=i == 3) for i in range(4)),
+          Dispatched(count=8, version=0, at=T0 + 31),  # one whole group of the config's 8
+          *(Finished(seq=i, version=0, timed_out=False, at=T0 + 40, infra_failure=i == 3) for i in range(8)),
           PhaseChanged(cell=1, phase=Phase.DRAINING, at=T0 + 50, step_id="s1"),
           PhaseChanged(cell=1, phase=Phase.TRAIN, at=T0 + 51),
-          TrainStarted(index=0, cells=(1,), take=((0, 0, 4),), at=T0 + 52, step_ids=("t0",), left_out=1),
+          TrainStarted(index=0, cells=(1,), take=((0, 0, 8),), at=T0 + 52, step_ids=("t0",), left_out=1),
           TrainEnded(index=0, at=T0 + 60),
           PhaseChanged(cell=1, phase=Phase.RETURNING, at=T0 + 61, step_id="s2"),
           CellLost(cell=1, at=T0 + 62, nodes=("n1",)), CellPlaced(cell=1, nodes=("n2",), at=T0 + 70),
@@ -46,8 +46,8 @@ EVENTS = (PhaseChanged(cell=0, phase=Phase.STARTING, at=T0, step_id="s0"),
           PhaseChanged(cell=0, phase=Phase.DRAINING, at=T0 + 73, step_id="s0"))  # a move under way
 
 
-EVAL = {"step": 3, "weight_version": 4, "tasks": 2, "executions": 4, "reward_mean": 0.5, "pass_at_1": 0.25,
-        "pass_at_k": 0.5, "k": 2, "at": T0 + 70}
+EVAL = {"step": 3, "weight_version": 4, "tasks": 2, "executions": 4, "infra_failures": 1, "reward_mean": 0.5,
+        "pass_at_1": 0.25, "pass_at_k": 0.5, "k": 2, "at": T0 + 70}
 
 
 def _full_run(tmp_path: Path) -> RunDir:
@@ -81,7 +81,8 @@ def test_status_json_keys_at_every_level(cli, tmp_path: Path) -> None:
     assert [list(c) for c in view["cells"]] == [
         ["id", "nodes", "role", "phase", "since", "weight_version", "in_training_step", "engine"]] * 2
     assert [list(m) for m in view["moves"]] == [["cell", "from", "to", "at", "duration_s", "warm", "ready_s"]] * 3
-    assert list(view["executions"]) == ["dispatched", "in_flight", "finished", "trained", "infra_failures"]
+    assert list(view["executions"]) == ["dispatched", "in_flight", "finished", "trained", "infra_failures",
+                                       "uniform_skipped"]
     assert list(view["training"]) == ["index", "cells", "executions", "started_at"]
     assert [sorted(s) for s in view["servers"]] == [sorted(SERVER)]
     assert [list(e) for e in view["evals"]] == [list(EVAL)]
@@ -106,7 +107,8 @@ def test_status_json_values_of_the_coordinator_rows(cli, tmp_path: Path) -> None
                               "warm": False, "ready_s": None}]
     assert view["training"] == {"index": 1, "cells": [1], "executions": 0, "started_at": T0 + 72}
     # the infrastructure failure was taken by step 0 but left out of its batch: never trained
-    assert view["executions"] == {"dispatched": 4, "in_flight": 0, "finished": 4, "trained": 3, "infra_failures": 1}
+    assert view["executions"] == {"dispatched": 8, "in_flight": 0, "finished": 8, "trained": 7, "infra_failures": 1,
+                                 "uniform_skipped": 0}
     assert (view["steps"], view["servers"], view["servers_at"]) == ([STEP], [SERVER], T0 + 65)
     assert view["records_read"] == {"journal.jsonl": len(EVENTS) + 1, "metrics.jsonl": 1}
 
@@ -133,3 +135,18 @@ def test_status_json_before_any_coordinator_event(cli, tmp_path: Path) -> None:
     view = json.loads(cli("status", str(run.path), "--json").stdout)
     assert {key: view[key] for key in ("nodes", "steps", "cells", "moves", "executions", "training", "servers")} == {
         "nodes": [], "steps": [], "cells": [], "moves": [], "executions": {}, "training": None, "servers": []}
+
+
+def test_status_text_says_how_many_eval_executions_never_ran(cli, tmp_path: Path) -> None:
+    """The issue's case: an evaluation's pass rates beside its infrastructure failures (a line
+    of a head from before they were counted shows none)."""
+    run = RunDir.create(tmp_path, "evals")
+    run.config_file.write_text(dump_config(load_config("configs/local-tiny.yaml")))
+    older = {key: value for key, value in EVAL.items() if key != "infra_failures"}
+    run.evals_file.write_text("".join(json.dumps(line) + "\n" for line in ({**EVAL, "weight_version": 0}, older)))
+    text = cli("status", str(run.path), env={"COLUMNS": "200"})
+    assert text.returncode == 0, text.stderr
+    rows = [line.split() for line in text.stdout.splitlines() if line.strip(" │|").startswith("v")]
+    cells = [[c for c in row if c not in "│|┃"] for row in rows]
+    assert [c[:6] for c in cells if c[1] == "4"] == [["v0", "4", "1", "0.500", "0.250", "0.500"],
+                                                     ["v4", "4", "-", "0.500", "0.250", "0.500"]]
