@@ -30,6 +30,7 @@ from gyrectl.gateway.commit import GroupCommit
 from gyrectl.gateway.engine import EngineDeps, Generation
 from gyrectl.gateway.errors import GatewayError, bad_request, forbidden, unauthorized, unavailable
 from gyrectl.gateway.pool import ServerPool
+from gyrectl.gateway.sampling import impose
 from gyrectl.gateway.settings import GatewaySettings
 from gyrectl.gateway.sink import CallSink
 from gyrectl.gateway.sse import DONE, encode
@@ -61,7 +62,7 @@ class Gateway:
         self.admin_url = ""
         self.sampling: dict[str, dict[str, Any]] = {}
         """Per execution, request fields the gateway sets on every call of it (an evaluation's
-        ``temperature``), whatever the harness sent."""
+        ``temperature``), whatever the harness sent (:func:`~gyrectl.gateway.sampling.impose`)."""
         self._closing = False
         self._runner: web.AppRunner | None = None
         self._deps: EngineDeps | None = None
@@ -122,7 +123,7 @@ class Gateway:
             raise GatewayError(405, f"{caller.api_path} takes POST.", code="method_not_allowed")
         body = parse_body(await _read(request))
         check_request(api, body, self.settings.models)
-        body = {**body, **self.sampling.get(caller.execution, {})}
+        body = impose(body, self.sampling.get(caller.execution, {}))
         ctx = CallContext(caller.execution, uuid.uuid4().hex, api, caller.role, time.time())
         handler = {"chat": self._generate, "completions": self._generate,
                    "messages": self._messages, "responses": self._responses}[api]

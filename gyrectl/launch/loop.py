@@ -4,7 +4,8 @@
     gateway (background thread, capture store sink) + harnesses (on the head, or agents on the
         harness nodes) + live rollouts
     actuator over the Cluster (vLLM server steps, torchrun training members)
-    run_coordinator(policy) until the configured steps are trained or the run is stopped
+    run_coordinator(policy) until the configured steps are trained (and, with eval.at_end, the
+        final weights evaluated) or the run is stopped
     checkpoint retention (each idle round, and at the end): old checkpoints/vN no one reads go
     tracking (background thread): metrics and journal -> TensorBoard (and W&B) scalars
 
@@ -100,8 +101,8 @@ class NodeRoles:
 
 def run_loop(*, run: RunDir, config: Config, cluster: Cluster, nodes: Sequence[Node], table: list[dict[str, object]],
              launch_dir: Path, stopped: Callable[[], bool]) -> CoordinatorState:
-    """Runs the coordinator until the configured steps are trained or ``stopped()``; returns its
-    final state. A journal that already holds events is a run to continue (``launch --resume``,
+    """Runs the coordinator until the run is done (``CoordinatorState.done``) or ``stopped()``;
+    returns its final state. A journal that already holds events is a run to continue (``launch --resume``,
     a requeued job): the state is replayed from it and the work in flight carried over."""
     tasks = load_tasks(launch_dir / config.rollout.tasks)
     verifier = load_verifier(config.rollout.verifier, launch_dir)
@@ -175,12 +176,16 @@ def run_loop(*, run: RunDir, config: Config, cluster: Cluster, nodes: Sequence[N
 
 
 def eval_plan(config: Config, launch_dir: Path) -> EvalPlan | None:
+    """The run's evaluations (None: it runs none). The final version is due by number, so an
+    ``eval.every_steps`` that does not divide ``run.steps`` still ends on an evaluation, which
+    the coordinator waits for (``Limits.eval_final``)."""
     evaluation = config.eval
-    if not evaluation.every_steps:
+    if not evaluation.evaluates:
         return None
     return EvalPlan(tasks=tuple(load_tasks(launch_dir / evaluation.tasks, field="eval.tasks")),
                     every_steps=evaluation.every_steps, executions_per_task=evaluation.executions_per_task,
-                    pass_threshold=evaluation.pass_threshold, temperature=evaluation.temperature)
+                    pass_threshold=evaluation.pass_threshold, temperature=evaluation.temperature,
+                    at_start=evaluation.at_start, final_version=config.run.steps if evaluation.at_end else None)
 
 
 def harness_sandbox(config: Config, run: RunDir, launch_dir: Path) -> Sandbox:

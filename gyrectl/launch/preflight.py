@@ -4,7 +4,7 @@ reads it with later, so that a bad input is refused here rather than after the r
 
     model.path                config.json and a tokenizer (tokenizer.json / tokenizer_config.json)
     rollout.tasks             every line, by load_tasks (the head's reader)
-    eval.tasks                the same, when eval.every_steps > 0
+    eval.tasks                the same, when the run evaluates (eval.tasks set)
     rollout.verifier          loaded by load_verifier in a process of its own: what the module does
                               at import stays there, and an import that hangs is stopped
     rollout.harness_command   its program, and each of its .py scripts
@@ -140,7 +140,7 @@ def _check_tasks(config: Config, launch_dir: Path) -> None:
 
 
 def _check_eval_tasks(config: Config, launch_dir: Path) -> None:
-    if config.eval.every_steps:
+    if config.eval.evaluates:
         load_tasks(launch_dir / config.eval.tasks, field="eval.tasks")
 
 

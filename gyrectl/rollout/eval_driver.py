@@ -34,9 +34,15 @@ class EvalDriver:
 
     def take_over(self) -> None:
         """Versions a head before this one evaluated are not again; one whose evaluation was cut
-        runs it again once a server serves it (the next step may be waiting for it: eval.blocking)."""
-        self._seen |= {line["weight_version"] for line in read_records(self._run.evals_file)
-                       if isinstance(line.get("weight_version"), int)}
+        runs it again once a server serves it (the next step may be waiting for it: eval.blocking,
+        or the run's end: eval.at_end). The newest evaluated version is reported again, in case
+        the old head wrote its line but ended before its ``EvalEnded`` reached the journal
+        (folding it twice changes nothing)."""
+        evaluated = {line["weight_version"] for line in read_records(self._run.evals_file)
+                     if isinstance(line.get("weight_version"), int)}
+        self._seen |= evaluated
+        if evaluated:
+            self._outbox.emit(EvalEnded(version=max(evaluated), at=time.time()))
 
     def serving(self, version: int) -> None:
         """A server serves weights ``version`` from now on: its evaluation is due if it is one."""

@@ -31,6 +31,7 @@ from gyrectl.capture.tree import TokenTree, build_tree
 from gyrectl.gateway import GatewaySettings, JsonlCallSink
 from gyrectl.gateway.background import BackgroundGateway
 from gyrectl.rollout.harnesses import HarnessExit, HarnessRunner, last_json_object
+from gyrectl.rollout.http import post
 from gyrectl.rollout.reward import load_verifier, score_execution
 from gyrectl.rollout.tasks import Assignment, load_tasks
 from gyrectl.store.jsonl import read_records
@@ -135,6 +136,34 @@ def test_each_execution_grows_every_branch_kind_and_is_scored(gateway, rollout_s
         assert scored.status == "ok" and 0.0 <= scored.reward <= 1.0
         streamed.update(streaming=output["streamed"], plain=output["calls"] - output["streamed"])
     assert streamed["streaming"] and streamed["plain"]  # both client paths ran
+
+
+@pytest.mark.vllm
+def test_an_evaluations_greedy_sampling_serves_the_harnesss_n_2_turn(gateway, rollout_server, tmp_path):
+    """eval.temperature 0 over a call with n=2, which vLLM refuses when greedy: every choice is
+    the greedy reply (tokens and recorded logprobs), and the example harness runs to its end."""
+    url, model, key = rollout_server
+    gateway.set_sampling("eval-v0-0000", {"temperature": 0.0})
+    request = {"model": model, "messages": [{"role": "user", "content": "What is 64 plus 91?"}], "max_tokens": 12,
+               "temperature": 1.0, "return_token_ids": True}
+    both = post(f"{gateway.base_url('eval-v0-0000')}/chat/completions", {**request, "n": 2}, timeout_s=120,
+                key=TOKEN)
+    greedy = post(f"{url}/v1/chat/completions", {**request, "temperature": 0.0, "logprobs": True}, timeout_s=120,
+                  key=key)["choices"][0]
+    assert [c["token_ids"] for c in both["choices"]] == [greedy["token_ids"]] * 2
+    records = [CallRecord.from_json(r) for r in read_records(tmp_path / "calls.jsonl")]
+    want = [entry["logprob"] for entry in greedy["logprobs"]["content"]]
+    assert [r.logprobs == pytest.approx(want, abs=1e-4) for r in records] == [True, True]
+
+    eval_add = next(t for t in load_tasks(EXAMPLE / "eval_tasks.jsonl") if t["id"] == "eval-add")
+    assert eval_add.get("turns", 4) > 2  # the harness's n=2 turn (the third) is reached
+    harnesses = Harnesses(tmp_path, model)
+    gateway.set_sampling("eval-v0-0001", {"temperature": 0.0})
+    execution = harnesses.start("eval-v0-0001", eval_add, gateway.base_url("eval-v0-0001"))
+    ended = harnesses.wait()[execution]
+    assert ended.exit_code == 0, harnesses.stderr(execution)[-3000:]
+    kinds = {label.kind for label in trees(tmp_path / "calls.jsonl")[execution].labels}
+    assert "parallel_sample" in kinds, kinds
 
 
 @pytest.mark.vllm

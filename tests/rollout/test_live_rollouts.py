@@ -170,16 +170,18 @@ def test_evaluations_run_on_due_weights_are_recorded_apart_and_never_claimed(har
     assert [e.seq for e in events if isinstance(e, Finished)] == [0, 1]  # evals are no training executions
     assert [e.version for e in events if isinstance(e, EvalEnded)] == [2]  # what a blocked step waits for
     (line,) = read_records(run.evals_file)
-    assert {k: line[k] for k in ("step", "weight_version", "tasks", "executions", "reward_mean", "pass_at_1",
-                                 "pass_at_k", "k")} == {"step": 1, "weight_version": 2, "tasks": 1, "executions": 2,
-                                                         "reward_mean": 1.0, "pass_at_1": 1.0, "pass_at_k": 1.0, "k": 2}
+    assert {k: line[k] for k in ("step", "weight_version", "tasks", "executions", "infra_failures", "reward_mean",
+                                 "pass_at_1", "pass_at_k", "k")} == {
+        "step": 1, "weight_version": 2, "tasks": 1, "executions": 2, "infra_failures": 0, "reward_mean": 1.0,
+        "pass_at_1": 1.0, "pass_at_k": 1.0, "k": 2}
     assert sorted(r["execution"] for r in read_records(run.eval_executions_file)) == ["eval-v2-0000", "eval-v2-0001"]
     assert not any(r["execution"].startswith("eval") for r in read_records(run.executions_file))
     assert not gateway.gateway.sampling  # forgotten once each ended
 
 
 def test_a_resumed_head_does_not_evaluate_a_version_again(harness_file, tmp_path):
-    """evals.jsonl says v2 was evaluated: serving v2 again after a takeover starts no evaluation."""
+    """evals.jsonl says v2 was evaluated: serving v2 again after a takeover starts no evaluation,
+    and the coordinator hears of it again (the old head may have ended before journaling it)."""
     from gyrectl.rollout.evals import EvalPlan
     from gyrectl.rollout.replicas import CellServer
     from gyrectl.rollout.resume import CarriedOver
@@ -199,7 +201,7 @@ def test_a_resumed_head_does_not_evaluate_a_version_again(harness_file, tmp_path
     try:
         rollouts.executions.take_over(CarriedOver(finished=[], running=[], next_seq=0), resume=1)
         rollouts.servers.route(0, routed=True, weight_version=2)
-        rollouts.executions.poll()
+        assert [e.version for e in rollouts.executions.poll() if isinstance(e, EvalEnded)] == [2]
         assert not gateway.gateway.sampling  # no eval execution started
         rollouts.servers.route(0, routed=True, weight_version=4)
         rollouts.executions.poll()
