@@ -1,8 +1,9 @@
 """A real pretrained model through the whole loop, as CI can afford it: SmolLM2-135M-Instruct (the
 folder ``scripts/setup.sh`` builds with ``gyrectl model smollm2``) on ``configs/local-smollm2.yaml``,
-one training step of whole GRPO groups on the local backend, the held-out evaluation of the
-starting weights and of the trained ones (served by a live reload of what the step exported),
-none of it an infrastructure failure. ~5 min on two cores.
+one training step of whole GRPO groups on the local backend (groups without a learning signal kept
+out: ``training.skip_uniform_groups``), the held-out evaluation of the starting weights and of the
+trained ones (served by a live reload of what the step exported), none of it an infrastructure
+failure. ~2 min on two cores.
 
 What the tiny random model hides shows here: SmolLM2's own tokenizer and chat template through the
 gateway, its 49k vocabulary in the trainer's logits, a 163M-parameter step and reload on CPU.
@@ -46,7 +47,8 @@ def one_step(cli, smollm2_model: Path, tmp_path_factory: pytest.TempPathFactory)
     held_out.write_text("\n".join(lines[::len(lines) // EVAL_TASKS][:EVAL_TASKS]) + "\n")  # all families
     result = cli("launch", str(CONFIG), "--wait", "--json", "--set", f"run.output_root={root}",
                  "--set", f"model.path={smollm2_model}", "--set", "run.steps=1",
-                 "--set", f"training.batch_executions={BATCH}", "--set", f"eval.tasks={held_out}", timeout=1800)
+                 "--set", f"training.batch_executions={BATCH}", "--set", f"eval.tasks={held_out}",
+                 "--set", "training.skip_uniform_groups=true", timeout=1800)
     run_dir = root / load_config(CONFIG).run.name
     head_log = run_dir / "logs" / "head.log"
     assert result.returncode == 0, f"{result.stderr}\n--- head.log ---\n" + (
@@ -67,7 +69,14 @@ def test_one_step_of_whole_groups_trains_the_real_model(cli, one_step: Path) -> 
     assert assert_whole_groups(one_step, group_size=group_size) == BATCH // group_size
     [step] = view["steps"]
     assert step["groups"] == BATCH // group_size and step["trained_tokens"] > 0
-    assert view["executions"]["infra_failures"] == 0
+    executions = view["executions"]
+    assert executions["infra_failures"] == 0
+    # training.skip_uniform_groups: groups that all got one reward were kept out and made up for,
+    # unless the draws ran out (max_batch_draws 4: three batches' worth), and are never trained
+    allowance = BATCH * (load_config(CONFIG).training.max_batch_draws - 1)
+    assert step["groups_without_signal"] == 0 or executions["uniform_skipped"] + group_size > allowance
+    assert executions["finished"] >= BATCH + executions["uniform_skipped"]
+    assert step["signal_token_share"] == 1.0 or step["groups_without_signal"] == step["groups"]  # none trained
 
 
 def test_the_start_and_the_trained_weights_are_evaluated_without_an_infrastructure_failure(cli, one_step) -> None:
