@@ -72,13 +72,28 @@ def step_rows(run_dir: Path) -> list[dict[str, Any]]:
     return [{key: line.get(key) for key in keys} for line in read_records(run_dir / "metrics.jsonl")]
 
 
+def rollout_rewards(records: list[dict[str, Any]], *, bucket: int) -> list[dict[str, Any]]:
+    """Mean reward of the training executions sampled by weights ``v .. v + bucket - 1``, every
+    one of them: with ``training.skip_uniform_groups`` a step's ``reward_mean`` covers only the
+    groups it trained (about half right by construction), while this counts the groups kept out
+    too, so it shows what the policy gets right as it trains."""
+    by_bucket: dict[int, list[float]] = defaultdict(list)
+    for record in records:
+        if record.get("status") in ("ok", "timed_out") and isinstance(record.get("weight_version"), int):
+            by_bucket[record["weight_version"] // bucket * bucket].append(float(record["reward"]))
+    return [{"versions": f"v{start}-v{start + bucket - 1}", "executions": len(rewards),
+             "reward_mean": round(sum(rewards) / len(rewards), 4)} for start, rewards in sorted(by_bucket.items())]
+
+
 def report(run_dir: Path) -> dict[str, Any]:
     config = load_config(run_dir / "config.yaml")
     records = list(read_records(run_dir / "trajectories" / "eval-executions.jsonl"))
     rates = task_pass_rates(records, threshold=config.eval.pass_threshold)
     evals = list(read_records(run_dir / "evals.jsonl"))
     comparison = compare(rates, first=min(rates), last=max(rates))
-    return {"run_dir": str(run_dir), "comparison": asdict(comparison), "evals": evals, "steps": step_rows(run_dir)}
+    executions = [r for r in read_records(run_dir / "trajectories" / "executions.jsonl") if "status" in r]
+    return {"run_dir": str(run_dir), "comparison": asdict(comparison), "evals": evals, "steps": step_rows(run_dir),
+            "rollout_rewards": rollout_rewards(executions, bucket=10)}
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -90,6 +105,9 @@ def markdown(result: dict[str, Any]) -> str:
              "| weights | pass@1 | reward mean | executions | infra failures |", "|---|---|---|---|---|"]
     lines += [f"| v{e['weight_version']} | {e.get('pass_at_1')} | {e.get('reward_mean')} | {e.get('executions')} | "
               f"{e.get('infra_failures')} |" for e in result["evals"]]
+    lines += ["", "| rollouts sampled by | executions | reward mean (every execution, kept-out groups too) |",
+              "|---|---|---|"]
+    lines += [f"| {r['versions']} | {r['executions']} | {r['reward_mean']} |" for r in result["rollout_rewards"]]
     lines += ["", "| step | reward mean | groups | without signal | signal token share | loss | grad norm | seconds |",
               "|---|---|---|---|---|---|---|---|"]
     lines += ["| " + " | ".join(_cell(row[key]) for key in row) + " |" for row in result["steps"]]

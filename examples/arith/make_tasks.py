@@ -12,7 +12,8 @@ harness in ``harness.py``) gets some right and some wrong (README.md has the mea
   word    a one-sentence story: one-digit sums,   Ann has 12 pens and gives away 5. How many pens ...
           or from 3..12 take a smaller number
 
-Deterministic (one seeded generator). Held out by content: no arithmetic fact (operation and
+Deterministic (one seeded generator); the training tasks are shuffled, the held-out ones stay in
+family order. Held out by content: no arithmetic fact (operation and
 operands) of an eval task appears among the training tasks, nor among the harness's examples.
 A task is ``{"id", "prompt", "expected", "family"}``; ``expected`` is the answer as a string.
 """
@@ -93,6 +94,9 @@ def make() -> tuple[list[dict], list[dict]]:
     held_out = [dict(t, id="eval-" + t["id"])
                 for f in FAMILIES for t in tasks(f, rng, count=NUM_EVAL_PER_FAMILY, taken=taken)]
     train = [t for f in FAMILIES for t in tasks(f, rng, count=NUM_TRAIN_PER_FAMILY, taken=taken)]
+    # Training groups take tasks in file order: in family order a run would train on one family
+    # at a time, and its reward per step would follow the families' difficulty, not the policy.
+    rng.shuffle(train)
     return train, held_out
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.learning.curve import compare, task_pass_rates
+from benchmarks.learning.curve import compare, rollout_rewards, task_pass_rates
 
 
 def _records(version: int, outcomes: dict[str, list[float | None]]) -> list[dict]:
@@ -29,3 +29,10 @@ def test_a_clear_gain_has_an_interval_above_zero_and_no_change_one_around_it():
     shuffled = {f"t{i}": [float(i % 4 == 1)] for i in range(80)}  # 25 % again, other tasks
     noise = compare(task_pass_rates(_records(0, before) + _records(6, shuffled), threshold=0.5), first=0, last=6)
     assert noise.interval[0] < 0 < noise.interval[1]
+
+
+def test_rollout_rewards_count_every_execution_that_ran_by_the_weights_that_sampled_it():
+    records = [{"status": "ok", "weight_version": v, "reward": r} for v, r in [(0, 0.0), (3, 1.0), (10, 1.0)]]
+    records.append({"status": "infra_failure", "weight_version": 10, "reward": None})
+    assert rollout_rewards(records, bucket=10) == [{"versions": "v0-v9", "executions": 2, "reward_mean": 0.5},
+                                                   {"versions": "v10-v19", "executions": 1, "reward_mean": 1.0}]
