@@ -1,8 +1,9 @@
 """Which task an execution runs: dispatch order decides, so a restarted coordinator (which
 replays the dispatch count from its journal) hands the same task to the same sequence number.
 
-Execution ``seq`` belongs to group ``seq // executions_per_task``: consecutive executions run the
-same task, so a batch of completed executions holds GRPO groups rather than singletons.
+Execution ``seq`` belongs to group ``seq // executions_per_task``
+(:func:`gyrectl.coordinator.groups.group_of`): consecutive executions run the same task, and a
+batch takes them a whole group at a time.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gyrectl.coordinator.groups import group_of
 from gyrectl.errors import UserError
 
 
@@ -61,5 +63,5 @@ def load_tasks(path: Path, *, field: str = "rollout.tasks") -> list[dict[str, An
 
 
 def assign(seq: int, tasks: list[dict[str, Any]], *, executions_per_task: int) -> Assignment:
-    group = seq // executions_per_task
+    group = group_of(seq, group_size=executions_per_task)
     return Assignment(execution=execution_id(seq), seq=seq, task=tasks[group % len(tasks)])
