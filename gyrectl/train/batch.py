@@ -26,7 +26,7 @@ from gyrectl.run.batch_file import BatchFile
 from gyrectl.run.rundir import RunDir
 from gyrectl.store.damage import log_skipped
 from gyrectl.train.grpo import group_advantages
-from gyrectl.train.signal import Signal, batch_signal
+from gyrectl.train.signal import Signal, batch_signal, groups_with_signal
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def build_step_batch(*, run: RunDir, config: Config, batch: BatchFile) -> StepBa
     groups = {e.execution: e.group_key for e in present}
     advantages = group_advantages(rewards={e.execution: e.reward for e in present}, groups=groups)
     if config.training.skip_uniform_groups:  # not even in the loss's normaliser
-        with_signal = {groups[e] for e, advantage in advantages.items() if advantage != 0}
+        with_signal = groups_with_signal(advantages, groups)
         trained = [e for e in present if groups[e.execution] in with_signal]
     else:
         trained = present

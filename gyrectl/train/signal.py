@@ -29,10 +29,12 @@ class Signal:
 def batch_signal(*, advantages: Mapping[str, float], groups: Mapping[str, str],
                  trained_tokens: Mapping[str, int]) -> Signal:
     """``advantages``, ``groups`` (execution -> group) and ``trained_tokens`` of each trained execution."""
-    with_signal: dict[str, bool] = {}
-    for execution, advantage in advantages.items():
-        group = groups[execution]
-        with_signal[group] = with_signal.get(group, False) or advantage != 0
-    return Signal(groups=len(with_signal), groups_without_signal=sum(not s for s in with_signal.values()),
+    present = {groups[execution] for execution in advantages}
+    return Signal(groups=len(present), groups_without_signal=len(present - groups_with_signal(advantages, groups)),
                   signal_tokens=sum(n for e, n in trained_tokens.items() if advantages[e] != 0),
                   trained_tokens=sum(trained_tokens.values()))
+
+
+def groups_with_signal(advantages: Mapping[str, float], groups: Mapping[str, str]) -> set[str]:
+    """The groups with a member whose advantage is not 0 (the others train nothing)."""
+    return {groups[execution] for execution, advantage in advantages.items() if advantage != 0}
