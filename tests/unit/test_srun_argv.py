@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from gyrectl.cluster.base import StepSpec
 from gyrectl.cluster.slurm.hetjob import srun_argv
 
@@ -12,7 +14,7 @@ def test_a_het_component_step_is_exact_pinned_and_named() -> None:
     assert srun_argv(spec, target="--het-group=1", step_name="7-rollout-cell0") == [
         "srun", "--het-group=1", "--exact", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--cpus-per-task=4",
         "--gres=gpu:2", "--nodelist=node2,node3", "--job-name=7-rollout-cell0", "--kill-on-bad-exit=1",
-        "python", "-m", "x", "a b"]
+        sys.executable, "-m", "gyrectl.cluster.keeper", "--", "python", "-m", "x", "a b"]  # each task under a keeper
 
 
 def test_a_plain_job_step_without_gpus_has_neither_flag() -> None:

@@ -51,7 +51,7 @@ class LocalBackend(Backend):
                        error=ended.get("error", ""))
 
     def cluster(self, config: Config, run: RunDir) -> Cluster:
-        return LocalCluster(config)
+        return LocalCluster(config, owner=str(run.path.resolve()))
 
     def server_host_args(self) -> tuple[str, ...]:
         return ("--host", LOOPBACK)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gyrectl.cluster.base import HARNESS_GROUP, Cluster, Node, StepSpec, StepStatus
-from gyrectl.cluster.processes import ProcessSteps
+from gyrectl.cluster.processes import ProcessSteps, stop_owned
 from gyrectl.config.schema import Config
 
 HEAD_NODE = "local-head"
@@ -34,13 +34,19 @@ def virtual_harness_nodes(config: Config) -> list[Node]:
 class LocalCluster(Cluster):
     backend = "local"
 
-    def __init__(self, config: Config):
+    def __init__(self, config: Config, *, owner: str = ""):
+        """``owner``: the run directory, which labels this head's steps (empty: unlabelled)."""
         self._nodes = virtual_nodes(config)
         self._harness_nodes = virtual_harness_nodes(config)
-        self._steps = ProcessSteps()
+        self._steps = ProcessSteps(owner=owner)
+        self._owner = owner
         self._count = 0
 
     def discover(self) -> Sequence[Node]:
+        """The virtual nodes, once the steps an earlier head of the run left are gone (they stop
+        themselves when their head dies; a resumed head starts servers on the same ports)."""
+        if self._owner:
+            stop_owned(self._owner)
         return list(self._nodes)
 
     def harness_nodes(self) -> Sequence[Node]:

@@ -20,6 +20,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 
 from gyrectl.cluster.base import Cluster, Node, StepSpec, StepStatus
+from gyrectl.cluster.keeper import keeper_argv
 from gyrectl.cluster.processes import ProcessSteps
 from gyrectl.cluster.slurm.cli import expand_hostlist, gres_gpus, job_steps, parse_cpus_per_node, run_slurm, show_node
 from gyrectl.cluster.slurm.templates import render_template
@@ -67,7 +68,10 @@ def srun_argv(spec: StepSpec, *, target: str, step_name: str | None = None) -> l
     """``srun`` for one role step (``slurm_templates/step.srun``): exact resources, explicit
     nodes, ``tasks_per_node`` tasks on each (sharing the node's CPUs), then the step's command.
     ``target`` says which job's allocation the step goes into (``--het-group=1``, ``--jobid=J``,
-    or empty for the job srun runs in)."""
+    or empty for the job srun runs in). Each task runs under a step keeper
+    (:mod:`gyrectl.cluster.keeper`): with ``proctrack/linuxproc`` Slurm finds a step's processes
+    by their parents, so one whose parent died (vLLM's engine core, torchrun's workers) would
+    escape the step's end; below a keeper none does."""
     text = render_template(
         "step.srun", target=target, num_nodes=str(len(spec.nodes)),
         num_tasks=str(len(spec.nodes) * spec.tasks_per_node), tasks_per_node=str(spec.tasks_per_node),
@@ -76,7 +80,7 @@ def srun_argv(spec: StepSpec, *, target: str, step_name: str | None = None) -> l
         overlap="--overlap" if spec.overlap else "",
         nodelist=shlex.quote(",".join(spec.nodes)), step_name=shlex.quote(step_name or spec.name))
     lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
-    return [*shlex.split(" ".join(lines)), *spec.command]
+    return [*shlex.split(" ".join(lines)), *keeper_argv(spec.command)]
 
 
 def _own_allocation(name: str) -> bool:
