@@ -39,13 +39,19 @@ class StepFactory:
         one task each, or one task per node of a multi-node engine."""
         server = rollout_server(self.config, cell=cell, weights_dir=self.run.weights_dir(version),
                                 server_key=self.server_key, nodes=nodes)
-        env = {**server.env, "GYRECTL_ROLE": "rollout", "GYRECTL_CELL": str(cell),
+        env = {**server.env, **self._run_env, "GYRECTL_ROLE": "rollout", "GYRECTL_CELL": str(cell),
                "GYRECTL_WEIGHTS_VERSION": str(version)}
         name = f"rollout-cell{cell}"
         return StepSpec(name=name, nodes=nodes, command=server.command, env=env, cpus_per_node=self.cpus_per_node,
                         gpus_per_node=self.gpus_per_node, overlap=self._overlap,
                         tasks_per_node=max(replicas_per_node(self.config), 1),
                         log_path=self.run.logs_dir / f"{name}.log")
+
+    @property
+    def _run_env(self) -> dict[str, str]:
+        """The run every process of a step belongs to, inherited by all it starts (vLLM's engine
+        core, torchrun's workers): what finds them, in a test or by hand (``/proc/PID/environ``)."""
+        return {"GYRECTL_RUN_DIR": str(self.run.path.resolve())}
 
     @property
     def _overlap(self) -> bool:
@@ -66,30 +72,36 @@ class StepFactory:
         all meet at ``rendezvous_host`` (a node of the step's first cell); ``attempt`` counts the
         step's runs after a failure (each gets a fresh rendezvous). With a ``group`` id the member
         is resident (:mod:`gyrectl.train.resident`): it stays up for the steps requested of it."""
-        env = {"GYRECTL_ROLE": "train", "GYRECTL_CELL": str(cell), "GYRECTL_TRAIN_STEP": str(index),
+        env = {**self._run_env, "GYRECTL_ROLE": "train", "GYRECTL_CELL": str(cell), "GYRECTL_TRAIN_STEP": str(index),
                "GYRECTL_BATCH": batch_name(index)}
         if group:
             env |= {"GYRECTL_TRAINER_RESIDENT": "1", "GYRECTL_TRAINER_GROUP": group}
         name = f"train-step{index}-cell{cell}"
-        command = self._torchrun(index, attempt=attempt, members=members, rendezvous_host=rendezvous_host)
+        command = self._torchrun(index, attempt=attempt, members=members, rendezvous_host=rendezvous_host,
+                                 resident=bool(group))
         return StepSpec(name=name, nodes=nodes, command=command, env=env,
                         cpus_per_node=self.cpus_per_node, gpus_per_node=self.gpus_per_node,
                         overlap=self._overlap, log_path=self.run.logs_dir / f"{name}.log")
 
-    def _torchrun(self, index: int, *, attempt: int, members: int, rendezvous_host: str) -> tuple[str, ...]:
+    def _torchrun(self, index: int, *, attempt: int, members: int, rendezvous_host: str,
+                  resident: bool) -> tuple[str, ...]:
         """One torchrun agent per member cell (``nodes_per_cell`` nodes each), all joining step
         ``index``'s rendezvous, whose size is fixed when the step starts (torchrun's re-rendezvous
         when a node joins a running group was seen to time out). The trainer is idempotent per
         step (it starts over from ``checkpoints/v{index}``), so a restarted member loses nothing
-        but time. ``gyrectl.train.torchrun`` is torchrun that exits quietly when the coordinator
-        stops the member (SIGTERM), where torchrun's own agent ends in a traceback."""
+        but time. A resident member is never restarted by torchrun: a restarted worker would come
+        back as a one-shot trainer of step ``index`` while the coordinator asks the group for
+        later steps, so a member whose worker died exits, and the coordinator releases the group
+        (or retries the step it was training). ``gyrectl.train.torchrun`` is torchrun that exits
+        quietly when the coordinator stops the member (SIGTERM), where torchrun's own agent ends
+        in a traceback."""
         cluster = self.config.cluster
         host = backend_for(self.config).rendezvous_host(rendezvous_host)
         num_nodes = members * self.config.cells.nodes_per_cell
         return (sys.executable, "-m", "gyrectl.train.torchrun", f"--nnodes={num_nodes}",
                 f"--nproc-per-node={max(cluster.gpus_per_node, 1)}", "--rdzv-backend=c10d",
                 f"--rdzv-endpoint={host}:{rendezvous_port(self.config, index, attempt)}",
-                f"--rdzv-id={self.run.name}-step{index}-try{attempt}", "--max-restarts=1",
+                f"--rdzv-id={self.run.name}-step{index}-try{attempt}", f"--max-restarts={0 if resident else 1}",
                 "-m", "gyrectl.train", "--run-dir", str(self.run.path), "--step", str(index))
 
 

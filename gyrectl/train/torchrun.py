@@ -10,7 +10,10 @@ stopping its workers, and letting the exception end the interpreter -- a traceba
 every resident trainer's log that reads as a crash. Here the agent stops its workers just the
 same, says so in one line and exits ``128 + signal``, the shell's code for "ended by a signal":
 not 0, because a step stopped half-way committed nothing (a caller that did not stop it itself
-must not take it for done). A worker that fails is reported as torchrun reports it.
+must not take it for done). A worker that fails is reported as torchrun reports it (its table of
+failures), and the member exits as that worker did: ``128 + signal`` for a worker killed by a
+signal, so the member whose worker was killed is told from one that failed after it (a peer's
+collective broken by the loss).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import sys
 
 from torch.distributed.elastic.multiprocessing.api import SignalException
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.run import main as torchrun
 
 
@@ -27,6 +31,10 @@ def main(argv: list[str] | None = None) -> int:
     except SignalException as stopped:  # raised after the agent stopped its workers
         print(f"torchrun: stopped by {stopped.sigval.name}; its workers were stopped", file=sys.stderr)
         return 128 + stopped.sigval
+    except ChildFailedError as failed:
+        print(failed, file=sys.stderr)
+        code = failed.get_first_failure()[1].exitcode
+        return 128 - code if code < 0 else code or 1
     return 0
 
 
