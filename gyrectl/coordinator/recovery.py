@@ -4,7 +4,9 @@
 - A starting or returning cell whose server answers (and has loaded the newest weights it was
   given) joins the routing; a draining cell whose server holds no more sessions has its server put
   to sleep, or its step stopped with sleep level 0 (its executions moved to other servers).
-- A sleeping server that exits is forgotten: the cell cold-starts a new one when it returns.
+- A sleeping server that exits is forgotten: the cell cold-starts a new one when it returns. One
+  that does not wake within ``rollout.wake_timeout_s``, or exits waking, is stopped and replaced
+  by a cold start.
 - A serving cell's server step that exits on its own (killed, crashed) is started again with the
   latest weights while the gateway re-sends its calls elsewhere; a training step that fails is
   started again on the same cells with the same batch (the trainer starts each step over from its
@@ -99,6 +101,19 @@ class RestartServer:
 
 
 @dataclass(frozen=True)
+class ReplaceWaking:
+    """The returning cell's woken server did not answer within ``rollout.wake_timeout_s``
+    (``reason`` ``wake_timeout``), or exited as it was woken (``reason`` empty): stop it and
+    cold-start a new one with weights ``version``; the cell still returns."""
+
+    cell: int
+    step_id: str
+    exit_code: int | None
+    version: int
+    reason: str
+
+
+@dataclass(frozen=True)
 class RetryTraining:
     """Training step ``index`` failed: record the ``failed`` members ``(cell, step_id, exit_code)``,
     stop the ones still running, and start every member again as run ``attempt``."""
@@ -138,7 +153,7 @@ class GiveUp:
 
 
 Recovery = (LoseCell | PlaceCell | StopDrained | SleepDrained | RouteServer | RestartServer | ForgetServer
-            | RetryTraining | EndTraining | ReleaseTrainer | GiveUp)
+            | ReplaceWaking | RetryTraining | EndTraining | ReleaseTrainer | GiveUp)
 
 
 def recover(state: CoordinatorState, seen: Observation) -> list[Recovery]:
@@ -168,7 +183,9 @@ def place_cells(seen: Observation) -> list[PlaceCell]:
 
 def finish_moves(state: CoordinatorState, seen: Observation) -> list[Recovery]:
     """Draining cells without sessions put their server to sleep (or stop it); started or woken
-    servers that answer, with no weight reload under way, are routed."""
+    servers that answer, with no weight reload under way, are routed. A woken server that does
+    not answer in time, or dies waking, is replaced; the wake never held the loop up (it runs
+    off the coordinator's thread), so the other cells went on meanwhile."""
     recoveries: list[Recovery] = []
     level = state.limits.sleep_level
     for cell in state.cells.select(MOVING):
@@ -178,11 +195,21 @@ def finish_moves(state: CoordinatorState, seen: Observation) -> list[Recovery]:
                                                weight_version=cell.weight_version) if level
                                   else StopDrained(cell=cell.id, step_id=cell.step_id))
             continue
-        status = seen.steps[cell.step_id]
-        if status.state.ended and cell.id not in seen.lost_later:  # lost ones are answered next round
+        status, waking = seen.steps[cell.step_id], cell.phase is Phase.RETURNING and cell.warm
+        if cell.id in seen.lost_later:  # lost ones are answered next round
+            continue
+        overdue = waking and cell.id not in seen.ready and seen.at - cell.since > state.limits.wake_timeout_s
+        if (status.state.ended or overdue) and waking:
+            if cell.failures + 1 >= MAX_CELL_FAILURES:
+                return recoveries + [GiveUp(f"the rollout server of cell {cell.id} failed {cell.failures + 1} "
+                                            f"times (last: {'did not wake in time' if overdue else 'exited waking'})"
+                                            f"; see its step log")]
+            recoveries.append(ReplaceWaking(cell=cell.id, step_id=cell.step_id, exit_code=status.exit_code,
+                                            version=state.version, reason="" if status.state.ended else "wake_timeout"))
+        elif status.state.ended:
             return recoveries + [GiveUp(f"the rollout server of cell {cell.id} exited while starting "
                                         f"({status.state.value}, exit code {status.exit_code}); see its step log")]
-        if cell.id in seen.ready and not cell.syncing:
+        elif cell.id in seen.ready and not cell.syncing:
             recoveries.append(RouteServer(cell=cell.id, step_id=cell.step_id, weight_version=cell.weight_version))
     return recoveries
 

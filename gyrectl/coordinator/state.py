@@ -8,6 +8,7 @@ the capacity rule compares it with the pool's slots.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
@@ -140,6 +141,8 @@ class Limits:
     """A drained server sleeps at this level instead of stopping (0: it stops; ``rollout.sleep_level``)."""
     resident_trainer: bool = False
     """A training group stays up between steps on the same cells (``training.resident``)."""
+    wake_timeout_s: float = math.inf
+    """A woken server not answering after this long is replaced (``rollout.wake_timeout_s``)."""
     eval_blocks_every: int = 0
     """A training step waits for the evaluation of the weights it starts from when their version
     is a multiple of this (``eval.every_steps`` with ``eval.blocking``; 0: never)."""
@@ -277,7 +280,7 @@ def limits_from_config(config: Config) -> Limits:
                   min_rollout_cells=config.scheduler.min_rollout_cells,
                   async_train_cells=config.scheduler.async_train_cells, total_executions=total,
                   batch_order=config.scheduler.batch_order, grow_running_step=config.scheduler.grow_running_step,
-                  sleep_level=config.rollout.sleep_level,
+                  sleep_level=config.rollout.sleep_level, wake_timeout_s=config.wake_timeout_s,
                   resident_trainer=config.training.resident and not config.scheduler.grow_running_step,
                   eval_blocks_every=config.eval.every_steps if config.eval.blocking else 0,
                   eval_blocks_start=evaluation.evaluates and evaluation.at_start and evaluation.blocking,

@@ -143,7 +143,7 @@ def run_loop(*, run: RunDir, config: Config, cluster: Cluster, nodes: Sequence[N
                              replicas_of=lambda cell, placed: steps.replicas(cell=cell, nodes=placed),
                              weight_sync=HttpWeightSync(server_key=server_key), server_key=server_key,
                              stopping=stopped, evals=eval_plan(config, launch_dir),
-                             infra_failures=config.rollout.infra_failures)
+                             infra_failures=config.rollout.infra_failures, wake_timeout_s=config.wake_timeout_s)
     load = LoadPublisher(run, gateway, replica_of=rollouts.servers.replica_of)
     tracking = TrackingPublisher(run, config)
     retention = CheckpointRetention(run, keep=config.training.keep_checkpoints, reloading=rollouts.servers.reloading,

@@ -5,45 +5,69 @@ processes or Slurm steps), as the head's gateway routes to them.
 
     route(cell)     ──> gateway pool: add / drain each of the cell's server replicas
     sleep / wake    ──> the cell's drained replicas sleep while the cell trains, wake to return
-    sync_weights    ──> background thread: live reload of checkpoints/vN into each replica,
-                        reported as WeightsSynced through the outbox
+                        (background thread: the cell is not ready until every replica woke)
+    sync_weights    ──> background thread: live reload of checkpoints/vN into each replica (after
+                        the cell's wake, if one is under way), reported as WeightsSynced through
+                        the outbox
     place(cell)     ──> the cell's replicas on its new nodes (a lost cell placed again)
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 from gyrectl.cluster.base import Node
 from gyrectl.coordinator.events import WeightsSynced
+from gyrectl.errors import RuntimeFailure
 from gyrectl.gateway.control import GatewayControl
 from gyrectl.rollout.http import ServerCallError, get
 from gyrectl.rollout.outbox import Outbox
 from gyrectl.rollout.replicas import CellServer
-from gyrectl.rollout.sleep import sleep_server, wake_server
+from gyrectl.rollout.sleep import SLEEP_TIMEOUT_S, sleep_server, wake_server
 from gyrectl.rollout.sync import WeightSync
 from gyrectl.run.rundir import RunDir
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Wake:
+    """A wake under way: ``done`` once it ended, ``woke`` if every replica answered."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    woke: bool = False
 
 
 class LiveCellServers:
     def __init__(self, *, run: RunDir, gateway: GatewayControl, servers: Sequence[Sequence[CellServer]],
                  replicas_of: Callable[[int, Sequence[Node]], Sequence[CellServer]], weight_sync: WeightSync,
-                 outbox: Outbox, server_key: str = "", serving: Callable[[int], None] = lambda version: None):
+                 outbox: Outbox, server_key: str = "", serving: Callable[[int], None] = lambda version: None,
+                 wake_timeout_s: float = SLEEP_TIMEOUT_S):
         """``servers``: each cell's replicas; ``replicas_of(cell, nodes)``: a cell's replicas on
         other nodes (after ``place``); ``serving(version)``: told whenever a server starts serving
-        a version (an evaluation may be due)."""
+        a version (an evaluation may be due); ``wake_timeout_s``: how long a sleep or wake call
+        may take (``rollout.wake_timeout_s``)."""
         self._run, self._gateway, self._outbox, self._serving = run, gateway, outbox, serving
         self._servers, self._replicas_of = [tuple(cell) for cell in servers], replicas_of
         self._weight_sync, self._server_key = weight_sync, server_key
         self._lock = threading.Lock()
         self._reloads: list[tuple[int, int]] = []
         """``(cell, version)`` of each live reload under way."""
+        self._wake_timeout_s = wake_timeout_s
+        self._waking: dict[int, _Wake] = {}
+        """Each cell whose wake is under way."""
 
     def ready(self, cell: int) -> bool:
-        """Every replica of the cell answers (a multi-node engine answers once all its ranks joined)."""
+        """Every replica of the cell answers (a multi-node engine answers once all its ranks
+        joined), and none is still waking."""
+        with self._lock:
+            if cell in self._waking:
+                return False
         return all(self._healthy(server) for server in self._servers[cell])
 
     def route(self, cell: int, *, routed: bool, weight_version: int = 0) -> None:
@@ -59,11 +83,13 @@ class LiveCellServers:
 
     def sleep(self, cell: int, *, level: int) -> None:
         for server in self._servers[cell]:
-            sleep_server(server.url, level=level, key=self._server_key)
+            sleep_server(server.url, level=level, key=self._server_key, timeout_s=self._wake_timeout_s)
 
     def wake(self, cell: int) -> None:
-        for server in self._servers[cell]:
-            wake_server(server.url, key=self._server_key)
+        wake = _Wake()
+        with self._lock:
+            self._waking[cell] = wake
+        threading.Thread(target=self._wake, args=(cell, wake), name=f"wake-cell{cell}", daemon=True).start()
 
     def sessions(self, cell: int) -> int:
         names = {server.name for server in self._servers[cell]}
@@ -92,9 +118,31 @@ class LiveCellServers:
             versions = {version for _, version in self._reloads}
         return versions | {e.version for e in self._outbox.pending() if isinstance(e, WeightsSynced)}
 
+    def _wake(self, cell: int, wake: _Wake) -> None:
+        """Every replica of the cell wakes. One that does not answer in time is left to the
+        coordinator, which replaces its server once ``ready`` has not said yes for that long (a
+        frozen server's health check fails too); a reload waiting for this wake is dropped."""
+        try:
+            for server in self._servers[cell]:
+                wake_server(server.url, key=self._server_key, timeout_s=self._wake_timeout_s)
+            wake.woke = True
+        except RuntimeFailure as exc:
+            log.warning("cell %d: its server did not wake: %s", cell, exc)
+        finally:
+            with self._lock:
+                if self._waking.get(cell) is wake:
+                    del self._waking[cell]
+            wake.done.set()
+
     def _sync(self, cell: int, version: int) -> None:
-        """Every replica of the cell reloads ``version`` (at once: each is its own engine); the
-        cell has synced when all have."""
+        """Every replica of the cell reloads ``version`` (at once: each is its own engine), once
+        the cell's wake (if one is under way) is over; the cell has synced when all have."""
+        with self._lock:
+            wake = self._waking.get(cell)
+        if wake is not None and not (wake.done.wait() and wake.woke):
+            with self._lock:  # its server is replaced by a cold start, which loads the newest weights
+                self._reloads.remove((cell, version))
+            return
         servers = self._servers[cell]
         with ThreadPoolExecutor(max_workers=len(servers), thread_name_prefix=f"sync-cell{cell}") as pool:
             failures = [f for f in pool.map(lambda server: self._sync_replica(server, version), servers) if f]

@@ -29,6 +29,7 @@ from gyrectl.rollout.harnesses import Harnesses
 from gyrectl.rollout.outbox import Outbox
 from gyrectl.rollout.replicas import CellServer
 from gyrectl.rollout.reward import Verifier
+from gyrectl.rollout.sleep import SLEEP_TIMEOUT_S
 from gyrectl.rollout.sync import WeightSync
 from gyrectl.run.rundir import RunDir
 from gyrectl.store.jsonl import JsonlAppender
@@ -56,16 +57,19 @@ def live_rollouts(*, run: RunDir, gateway: GatewayControl, harnesses: Harnesses,
                   replicas_of: Callable[[int, Sequence[Node]], Sequence[CellServer]], weight_sync: WeightSync,
                   server_key: str = "", poll_s: float = 0.25, stopping: Callable[[], bool] = lambda: False,
                   evals: EvalPlan | None = None,
-                  infra_failures: InfraFailureBudget = InfraFailureBudget()) -> LiveRollouts:
+                  infra_failures: InfraFailureBudget = InfraFailureBudget(),
+                  wake_timeout_s: float = SLEEP_TIMEOUT_S) -> LiveRollouts:
     """``servers``: each cell's replicas; ``replicas_of(cell, nodes)``: a cell's replicas on other
-    nodes (after ``place``); ``stopping()``: whether the run is being stopped."""
+    nodes (after ``place``); ``stopping()``: whether the run is being stopped; ``wake_timeout_s``:
+    how long a server's sleep or wake call may take."""
     outbox, log = Outbox(), JsonlAppender(run.executions_file)
     claims = BatchClaims(run=run, batch_executions=batch_executions, group_size=executions_per_task, log=log)
     driver = None if evals is None else EvalDriver(run=run, plan=evals, gateway=gateway, harnesses=harnesses,
                                                    verifier=verifier, outbox=outbox)
     cell_servers = LiveCellServers(run=run, gateway=gateway, servers=servers, replicas_of=replicas_of,
                                    weight_sync=weight_sync, outbox=outbox, server_key=server_key,
-                                   serving=driver.serving if driver is not None else lambda version: None)
+                                   serving=driver.serving if driver is not None else lambda version: None,
+                                   wake_timeout_s=wake_timeout_s)
     executions = LiveExecutions(gateway=gateway, harnesses=harnesses, tasks=tasks,
                                 executions_per_task=executions_per_task, verifier=verifier, log=log, claims=claims,
                                 outbox=outbox, failures=InfraFailures(run, infra_failures, outbox), evals=driver,

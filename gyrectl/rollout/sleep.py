@@ -16,12 +16,14 @@ from __future__ import annotations
 from gyrectl.rollout.http import post
 
 SLEEP_TIMEOUT_S = 300.0
-"""Offloading a large model's weights to host memory takes a while; a hung server must not."""
+"""The longest a sleep or wake call is waited for where the run's ``rollout.wake_timeout_s`` is
+not given (offloading a large model's weights to host memory takes a while; a hung server must
+not take forever)."""
 
 
-def sleep_server(url: str, *, level: int, key: str) -> None:
-    post(f"{url}/sleep?level={level}", timeout_s=SLEEP_TIMEOUT_S, key=key)
+def sleep_server(url: str, *, level: int, key: str, timeout_s: float = SLEEP_TIMEOUT_S) -> None:
+    post(f"{url}/sleep?level={level}", timeout_s=timeout_s, key=key)
 
 
-def wake_server(url: str, *, key: str) -> None:
-    post(f"{url}/wake_up", timeout_s=SLEEP_TIMEOUT_S, key=key)
+def wake_server(url: str, *, key: str, timeout_s: float = SLEEP_TIMEOUT_S) -> None:
+    post(f"{url}/wake_up", timeout_s=timeout_s, key=key)

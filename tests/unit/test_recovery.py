@@ -169,12 +169,12 @@ class Servers:
 def test_read_world_reads_a_new_loss_alone_and_training_members_once_the_step_ended():
     known = state_of(Phase.ROLLOUT, Phase.TRAIN, Phase.TRAIN, Phase.LOST, train=(1, 2))
     cluster = ScriptedCluster({}, lost=frozenset({2, 3}))
-    assert (read_world(known, cluster=cluster, servers=Servers(), trainers=RecordingTrainers())
+    assert (read_world(known, cluster=cluster, servers=Servers(), trainers=RecordingTrainers(), now=0.0)
             == Observation(lost=frozenset({2, 3})))
     assert cluster.reads == ["lost"]  # cell 3's replacement is not asked for a round early, no step is read
     cluster = ScriptedCluster({})
-    seen = read_world(known, cluster=cluster, servers=Servers(), trainers=RecordingTrainers())
+    seen = read_world(known, cluster=cluster, servers=Servers(), trainers=RecordingTrainers(), now=0.0)
     assert cluster.reads == ["lost", "replacement3", "s0", "t1"] and seen.training == ()
     cluster = ScriptedCluster({"t1": SUCCEEDED})
-    seen = read_world(known, cluster=cluster, servers=Servers(), trainers=RecordingTrainers())
+    seen = read_world(known, cluster=cluster, servers=Servers(), trainers=RecordingTrainers(), now=0.0)
     assert [s.step_id for s in seen.training] == ["t1", "t2"] and cluster.reads[-1] == "lost"

@@ -20,6 +20,7 @@ from gyrectl.coordinator.recovery import (
     ForgetServer,
     GiveUp,
     LoseCell,
+    ReplaceWaking,
     RouteServer,
     SleepDrained,
     StopDrained,
@@ -153,15 +154,39 @@ def test_returning_wakes_the_sleeping_server_and_syncs_only_what_it_lacks(tmp_pa
     assert (("sync_weights", (1, 3), {}) in servers.calls) is synced
 
 
-def test_a_server_that_does_not_wake_is_replaced_by_a_cold_start(tmp_path: Path) -> None:
-    servers, steps = Servers(refuse=("wake",)), Steps()
-    state = state_of(CellState(id=0), CellState(id=1, phase=Phase.TRAIN, sleeping_server="s1", weight_version=3))
-    failed, returning = actuator(tmp_path, servers, steps).act(MoveCell(cell=1, to=Phase.ROLLOUT), state)
-    assert failed == StepFailed(cell=1, step_id="s1", role="rollout", exit_code=None, at=7.0)
+def test_a_woken_server_that_does_not_answer_in_time_or_dies_waking_is_replaced() -> None:
+    """The wake runs off the coordinator's thread: the cell waits, unrouted, for at most
+    ``rollout.wake_timeout_s``; a server still not answering then (frozen, hung) or one that
+    exited is replaced by a cold start, and counts against the cell's failures."""
+    waking = CellState(id=1, phase=Phase.RETURNING, step_id="s1", weight_version=3, warm=True, since=100.0)
+    state = state_of(CellState(id=0), waking, limits=dataclasses.replace(WARM, wake_timeout_s=10.0))
+    running = {"s1": status("s1", RUNNING)}
+    assert recover(state, Observation(steps=running, at=109.0)) == []  # still within its time
+    assert recover(state, Observation(steps=running, ready=frozenset({1}), at=111.0)) == [
+        RouteServer(cell=1, step_id="s1", weight_version=3)]  # it woke
+    assert recover(state, Observation(steps=running, at=111.0)) == [
+        ReplaceWaking(cell=1, step_id="s1", exit_code=None, version=3, reason="wake_timeout")]
+    assert recover(state, Observation(steps={"s1": status("s1", FAILED)}, at=101.0)) == [
+        ReplaceWaking(cell=1, step_id="s1", exit_code=9, version=3, reason="")]
+    cold = dataclasses.replace(waking, warm=False)  # a cold start has no wake to wait for
+    assert recover(dataclasses.replace(state, cells=CellTable([CellState(id=0), cold])),
+                   Observation(steps=running, at=1000.0)) == []
+    worn = dataclasses.replace(waking, failures=MAX_CELL_FAILURES - 1)
+    [give_up] = recover(dataclasses.replace(state, cells=CellTable([CellState(id=0), worn])),
+                        Observation(steps=running, at=111.0))
+    assert isinstance(give_up, GiveUp) and "did not wake in time" in give_up.message
+
+
+def test_the_actuator_stops_a_server_that_did_not_wake_and_cold_starts_the_returning_cell(tmp_path: Path) -> None:
+    servers, steps = Servers(), Steps()  # its ready() answers nothing: never woke
+    waking = CellState(id=1, phase=Phase.RETURNING, step_id="s1", weight_version=3, warm=True, since=-10.0)
+    state = state_of(CellState(id=0), waking, limits=dataclasses.replace(WARM, wake_timeout_s=10.0))
+    failed, returning = actuator(tmp_path, servers, steps).observe(state)  # its clock says 7.0
+    assert failed == StepFailed(cell=1, step_id="s1", role="rollout", exit_code=None, at=7.0, reason="wake_timeout")
     assert steps.stopped == ["s1"] and steps.started == ["rollout-cell1"]
     assert (returning.phase, returning.step_id, returning.warm) == (Phase.RETURNING, "new-rollout-cell1", False)
     state = apply(apply(state, failed), returning)
-    assert state.cells[1].sleeping_server == "" and state.cells[1].step_id == "new-rollout-cell1"
+    assert state.cells[1].step_id == "new-rollout-cell1" and state.cells[1].failures == 1
 
 
 def test_a_server_that_does_not_fall_asleep_is_stopped(tmp_path: Path) -> None:
@@ -170,7 +195,8 @@ def test_a_server_that_does_not_fall_asleep_is_stopped(tmp_path: Path) -> None:
     act = actuator(tmp_path, servers, steps)
     events = act.observe(state)
     assert steps.stopped == ["s1"]
-    assert events == []  # the stop is asked; the cell trains once the step is gone (next round)
+    # the stop is asked; the cell trains once the step is gone (next round)
+    assert events == [StepFailed(cell=1, step_id="s1", role="rollout", exit_code=None, at=7.0, reason="sleep_timeout")]
     slept = actuator(tmp_path, Servers(), Steps()).observe(state)
     assert slept == [PhaseChanged(cell=1, phase=Phase.TRAIN, at=7.0, warm=True, sleeping_server="s1")]
 
