@@ -16,7 +16,7 @@ from functools import reduce
 from pathlib import Path
 from typing import Any
 
-from gyrectl.coordinator.events import Event, apply, from_record, is_event_record, to_record
+from gyrectl.coordinator.events import Dispatched, Event, Finished, apply, from_record, is_event_record, to_record
 from gyrectl.coordinator.state import CoordinatorState, Limits, initial_state
 from gyrectl.store.damage import Skipped, log_skipped
 from gyrectl.store.jsonl import JsonlAppender, scan_jsonl
@@ -80,3 +80,17 @@ def replay(events: Iterable[Event], limits: Limits) -> CoordinatorState:
     """The state of a coordinator with ``limits`` once ``events`` (a run's journal, oldest first)
     are applied, from the start of the run."""
     return reduce(apply, events, initial_state(limits))
+
+
+def dispatched_and_finished(events: Iterable[Event]) -> tuple[dict[int, int], set[int]]:
+    """The weights version each execution was dispatched at (by sequence number), and the
+    sequence numbers whose ``Finished`` was journaled: what a head taking a run over reads first."""
+    version_of: dict[int, int] = {}
+    finished: set[int] = set()
+    for event in events:
+        if isinstance(event, Dispatched):
+            start = len(version_of)
+            version_of.update({seq: event.version for seq in range(start, start + event.count)})
+        elif isinstance(event, Finished):
+            finished.add(event.seq)
+    return version_of, finished

@@ -13,7 +13,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gyrectl.coordinator.events import Dispatched, Event, Finished
+from gyrectl.coordinator.events import Event
+from gyrectl.coordinator.journal import dispatched_and_finished
 
 
 @dataclass(frozen=True)
@@ -27,14 +28,7 @@ class CarriedOver:
 
 
 def carry_over(events: Sequence[Event], records: Iterable[dict[str, Any]], *, completed_steps: int) -> CarriedOver:
-    version_of: dict[int, int] = {}
-    finished: set[int] = set()
-    for event in events:
-        if isinstance(event, Dispatched):
-            start = len(version_of)
-            version_of.update({seq: event.version for seq in range(start, start + event.count)})
-        elif isinstance(event, Finished):
-            finished.add(event.seq)
+    version_of, finished = dispatched_and_finished(events)
     last_record: dict[int, dict[str, Any]] = {}
     taken: set[str] = set()
     for record in records:

@@ -11,9 +11,10 @@ from gyrectl.errors import RuntimeFailure
 
 
 class VirtualClock:
-    def __init__(self) -> None:
-        self.time = 0.0
-        """Seconds since the simulated run began (``now()`` for the coordinator)."""
+    def __init__(self, start_s: float = 0.0) -> None:
+        self.time = start_s
+        """Seconds since the simulated run began (``now()`` for the coordinator); a world that takes
+        over a run (:func:`gyrectl.sim.run.resumed_world`) goes on from its previous world's time."""
         self.events_processed = 0
         """Live timers run so far (superseded ones are not counted)."""
         self._queue: list[tuple[float, int, Callable[..., bool], tuple]] = []

@@ -7,6 +7,10 @@ current load (:meth:`SimulatedCosts.execution_speed`), so a session with ``r`` w
 finishes when V has advanced by ``r``; a change of load only reschedules that server's next finish.
 An execution is stopped at ``time_limit_s`` of wall time after its start and finishes as timed out,
 with the tokens it produced so far.
+
+A world that takes a run over (:func:`gyrectl.sim.run.resumed_world`) starts the executions that
+were running again from scratch, under their sequence numbers; their harnesses wait for a routed
+server (the gateway holds their calls), within their time limit, and join the first ones routed.
 """
 
 from __future__ import annotations
@@ -80,6 +84,9 @@ class RolloutPool:
         """Heap of (paused, load, cell, stamp) over routed servers; an entry is current only while its
         stamp is the server's (lazy deletion), so the least-loaded server is found in O(log n)."""
         self._executions = _Executions()
+        self._waiting: list[int] = []
+        """Executions taken over from another world that no server holds yet: they start on the
+        servers routed first."""
         self._full_throughput = costs.execution_speed(costs.slots_per_server) * costs.slots_per_server
 
     # -- what the gateway does ------------------------------------------------------------------
@@ -87,13 +94,38 @@ class RolloutPool:
         executions = self._executions
         first = len(executions.server_of)
         for seq in range(first, first + count):
-            executions.server_of.append(-1)
-            executions.finish_clock.append(0.0)
-            executions.version.append(version)
-            executions.done.append(0)
+            self._new_execution(version, done=False)
             self._add_session(self._least_loaded(), seq, self._workload.duration_s[seq % len(self._workload)])
             self._clock.at(self._costs.time_limit_s, self._deadline, seq)
         self._outbox.append(Started(count=count, at=self._clock.time))
+
+    def take_over(self, running: Sequence[tuple[int, int]], *, next_seq: int) -> None:
+        """Continues a run another world began: sequence numbers go on from ``next_seq``, and the
+        executions that were ``running`` (``(seq, version)``) start again from scratch, their time
+        limit counted from now. Their harnesses began long ago, so no ``Started`` is reported."""
+        assert not self._executions.server_of, "a world takes a run over before it dispatches"
+        version_of = dict(running)
+        for seq in range(next_seq):
+            self._new_execution(version_of.get(seq, 0), done=seq not in version_of)
+        for seq, _ in running:
+            self._clock.at(self._costs.time_limit_s, self._deadline, seq)
+        self._waiting = [seq for seq, _ in running]
+        if any(server.routed for server in self._servers):
+            self._place_waiting()
+
+    def _new_execution(self, version: int, *, done: bool) -> None:
+        executions = self._executions
+        executions.server_of.append(-1)
+        executions.finish_clock.append(0.0)
+        executions.version.append(version)
+        executions.done.append(done)
+
+    def _place_waiting(self) -> None:
+        """A server is routed: the executions waiting for one start on the routed servers."""
+        waiting, self._waiting = self._waiting, []
+        for seq in waiting:
+            if not self._executions.done[seq]:  # not stopped at its time limit meanwhile
+                self._add_session(self._least_loaded(), seq, self._workload.duration_s[seq % len(self._workload)])
 
     def route(self, cell: int, *, routed: bool) -> None:
         """Adds a server to the gateway's routing, or drains it: with movable executions its
@@ -101,6 +133,8 @@ class RolloutPool:
         server = self._servers[cell]
         server.routed = routed
         self._touch(cell)
+        if routed and self._waiting:
+            self._place_waiting()
         if routed or not self._movable or not server.load or not any(s.routed for s in self._servers):
             return
         self._settle(cell)
@@ -194,6 +228,9 @@ class RolloutPool:
         if executions.done[seq]:
             return False
         cell = executions.server_of[seq]
+        if cell < 0:  # taken over, and no server was routed within its time limit: it did nothing
+            self._end(seq, timed_out=True, fraction=0.0)
+            return True
         self._settle(cell)
         work = self._workload.duration_s[seq % len(self._workload)]
         left = max(0.0, executions.finish_clock[seq] - self._servers[cell].work_clock)
@@ -205,13 +242,15 @@ class RolloutPool:
         executions, workload, accounts = self._executions, self._workload, self._accounts
         cell, version = executions.server_of[seq], executions.version[seq]
         executions.done[seq] = 1
-        self._servers[cell].load -= 1
-        self._touch(cell)
+        if cell >= 0:
+            self._servers[cell].load -= 1
+            self._touch(cell)
         accounts.work_done_s += workload.duration_s[seq % len(workload)] * fraction
         accounts.longest_work_s = max(accounts.longest_work_s, workload.duration_s[seq % len(workload)] * fraction)
         self._batches.finished(seq=seq, version=version, tokens=int(workload.tokens[seq % len(workload)] * fraction))
         self._outbox.append(Finished(seq=seq, version=version, timed_out=timed_out, at=self._clock.time))
-        self._reschedule(cell)
+        if cell >= 0:
+            self._reschedule(cell)
 
 
 class SimulatedExecutions:
@@ -222,6 +261,11 @@ class SimulatedExecutions:
 
     def dispatch(self, *, count: int, version: int) -> None:
         self._pool.dispatch(count=count, version=version)
+
+    def take_over(self, running: Sequence[tuple[int, int]], *, next_seq: int) -> None:
+        """Runs again the executions another world had running (``(seq, version)``); the next
+        dispatched is ``next_seq`` (:meth:`RolloutPool.take_over`)."""
+        self._pool.take_over(running, next_seq=next_seq)
 
     def poll(self) -> list[Event]:
         return self._outbox.drain()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from gyrectl.scheduler import POLICIES
 from gyrectl.sim.cluster import SimulatedCluster
 from gyrectl.sim.metrics import SimulationResult, lower_bound_s, summarize
 from gyrectl.sim.models import costs_from_config
+from gyrectl.sim.resume import carry_over
 from gyrectl.sim.steps import SimulatedStepBuilder
 from gyrectl.sim.workload import Workload, load_workload
 from gyrectl.sim.world import SimulatedWorld, build_world
@@ -56,11 +58,27 @@ def simulated_limits(config: Config) -> Limits:
                                eval_final=False)
 
 
-def simulated_world(config: Config, workload: Workload) -> SimulatedWorld:
+def simulated_world(config: Config, workload: Workload, *, start_s: float = 0.0) -> SimulatedWorld:
     limits = simulated_limits(config)
     return build_world(costs=costs_from_config(config), workload=workload, num_cells=limits.num_cells,
                        nodes_per_cell=config.cells.nodes_per_cell, batch_executions=limits.batch_executions,
-                       group_size=limits.group_size, executions_movable=config.simulator.executions_movable)
+                       group_size=limits.group_size, executions_movable=config.simulator.executions_movable,
+                       start_s=start_s)
+
+
+def resumed_world(config: Config, workload: Workload, *, journal: Sequence[Event], previous: SimulatedWorld
+                  ) -> SimulatedWorld:
+    """The world of a head that takes over the run ``journal`` tells of (``launch --resume``, a
+    requeued job), after ``previous``'s head died: a new allocation, so none of ``previous``'s
+    steps, servers, sessions or trainers, and its clock goes on from ``previous``'s. It takes over
+    what the real head does (:mod:`gyrectl.sim.resume`): the executions the journal has running run
+    again under their sequence numbers, and the finished ones no completed step took wait for
+    training. The coordinator folds ``Resumed`` into its replayed state before it runs on it."""
+    world = simulated_world(config, workload, start_s=previous.clock.now())
+    carried = carry_over(journal, previous.batches)
+    world.batches.take_over(carried.finished)
+    world.executions.take_over(carried.running, next_seq=carried.next_seq)
+    return world
 
 
 def simulated_actuator(config: Config, world: SimulatedWorld) -> Actuator:

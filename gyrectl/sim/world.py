@@ -13,6 +13,9 @@ of a port the coordinator has on a real cluster::
 
 An execution's end goes pool -> batches (its tokens) and -> outbox (``Finished``); a training
 member's work is its batch's tokens (``SimulatedBatches.step_tokens``).
+
+A head that dies takes its world (its allocation) with it: the head that resumes the run gets a
+new one, which takes over the run's executions (:func:`gyrectl.sim.run.resumed_world`).
 """
 
 from __future__ import annotations
@@ -42,8 +45,10 @@ class SimulatedWorld:
 
 
 def build_world(*, costs: SimulatedCosts, workload: Workload, num_cells: int, nodes_per_cell: int,
-                batch_executions: int, group_size: int, executions_movable: bool) -> SimulatedWorld:
-    clock, accounts, outbox = VirtualClock(), Accounts(), Outbox()
+                batch_executions: int, group_size: int, executions_movable: bool, start_s: float = 0.0
+                ) -> SimulatedWorld:
+    """A world with nothing running, its clock at ``start_s``."""
+    clock, accounts, outbox = VirtualClock(start_s), Accounts(), Outbox()
     roles = CellRoles(costs, num_cells)
     batches = SimulatedBatches(batch_executions=batch_executions, group_size=group_size)
     pool = RolloutPool(clock=clock, costs=costs, workload=workload, accounts=accounts, batches=batches, outbox=outbox,
