@@ -11,6 +11,7 @@ import typer
 from rich.console import Group
 from rich.live import Live
 from rich.markup import escape
+from rich.text import Text
 
 from gyrectl.cli.options import DEFAULT_ROOT, JsonOpt, RootOpt, RunArg
 from gyrectl.cli.render import emit_json, err, out, skipped_text, table
@@ -21,6 +22,7 @@ from gyrectl.coordinator.state import initial_state, limits_from_config
 from gyrectl.errors import RuntimeFailure, UserError
 from gyrectl.run.files import run_config
 from gyrectl.run.rundir import RunDir
+from gyrectl.status.faults import GAVE_UP, PENDING, Fault
 from gyrectl.status.rows import StepRow
 from gyrectl.status.view import RunView, finished_evals, run_view
 from gyrectl.store.jsonl import scan_jsonl
@@ -124,6 +126,8 @@ def render(view: RunView) -> Group:
                            [(m.cell, m.from_role, m.to, _clock(m.at),
                              "under way" if m.duration_s is None else f"{m.duration_s:.2f}")
                             for m in view.moves[-6:]]))
+    if view.faults:
+        parts.append(faults_text(view.faults))
     if view.steps:
         parts.append(table(f"training steps ({len(view.steps)} of {view.total_steps})",
                            ["step", "reward mean", "executions", "groups (no signal)", "naive tokens",
@@ -147,6 +151,20 @@ def render(view: RunView) -> Group:
     for name, problem in view.damaged.items():
         parts.append(f"[red]{escape(name)} is damaged[/] " + escape(f"(left out of this view): {problem}"))
     return Group(*parts)
+
+
+def faults_text(faults: list[Fault], *, most: int = 5) -> Text:
+    """The last ``most`` faults, one line each in words (plain text: never markup)."""
+    text = Text("faults and recoveries", style="bold")
+    if len(faults) > most:
+        text.append(f"\n  ... {len(faults) - most} earlier (--json lists them all)")
+    for fault in faults[-most:]:
+        where = "" if fault.cell is None else f"cell {fault.cell} "
+        code = "" if fault.exit_code is None else f" (exit {fault.exit_code})"
+        done = fault.recovery if fault.seconds is None else f"{fault.recovery} in {fault.seconds:.1f} s"
+        text.append(f"\n  {_clock(fault.at)} {where}{fault.words}{code} -> {done}",
+                    style={PENDING: "yellow", GAVE_UP: "red"}.get(fault.recovery, ""))
+    return text
 
 
 def _groups(step: StepRow) -> str:

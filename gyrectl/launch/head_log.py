@@ -69,14 +69,16 @@ def event_line(event: Event) -> tuple[int, str] | None:
                                   f"executions{left}{' (resident group reused)' if reused else ''}")
         case TrainEnded(index=index):
             return logging.INFO, f"step {index} ended: weights v{index + 1}"
-        case StepFailed(cell=cell, step_id=step_id, role=role, exit_code=code):
-            return logging.WARNING, f"cell {cell}: its {role} step {step_id} exited on its own (exit code {code})"
+        case StepFailed():
+            return logging.WARNING, _step_failed(event)
         case TrainRetried(index=index):
-            return logging.WARNING, f"step {index} starts again from the same weights and batch"
+            return logging.WARNING, f"step {index} starts again on the same cells from the same weights and batch"
         case TrainerReleased(group=group):
-            return logging.INFO, f"resident trainer group {group} released"
+            return logging.INFO, f"resident trainer group {group} released: the next step starts a new group"
         case CellLost(cell=cell, nodes=nodes):
-            return logging.WARNING, f"cell {cell} lost its node(s) {', '.join(nodes)}"
+            return logging.WARNING, (f"cell {cell} lost its node(s) {', '.join(nodes)}: its calls go to other servers "
+                                     "and a training step it was in gives its batch back; the cell holds no work "
+                                     "until it is placed on new nodes")
         case CellPlaced(cell=cell, nodes=nodes):
             return logging.INFO, f"cell {cell} placed on {', '.join(nodes)}"
         case WeightsSynced(cell=cell, version=version):
@@ -84,8 +86,26 @@ def event_line(event: Event) -> tuple[int, str] | None:
         case EvalEnded(version=version):
             return logging.INFO, f"evaluation of weights v{version} ended (evals.jsonl)"
         case Resumed(job_id=job_id):
-            return logging.INFO, f"took the run over from its journal{f' (job {job_id})' if job_id else ''}"
+            return logging.INFO, (f"took the run over from its journal{f' (job {job_id})' if job_id else ''}: "
+                                  "the previous head's steps are gone, every cell starts idle, and a training "
+                                  "step that was running is trained again from the same weights")
     return None
+
+
+def _step_failed(event: StepFailed) -> str:
+    """What failed and what the head does about it (the events after it say which way it went)."""
+    cell, step, code = event.cell, event.step_id, f"exit code {event.exit_code}"
+    if event.reason == "wake_timeout":
+        return (f"cell {cell}: its sleeping rollout server (step {step}) did not wake within "
+                "rollout.wake_timeout_s; stopped, a new one cold-starts")
+    if event.reason == "sleep_timeout":
+        return (f"cell {cell}: its drained rollout server (step {step}) did not go to sleep within "
+                "rollout.wake_timeout_s; stopped, the cell trains and cold-starts a new server when it returns")
+    if event.role == "train":
+        return (f"cell {cell}: its training member (step {step}) exited on its own ({code}); the step starts "
+                "again on the same cells, or, if its resident group was waiting, the next step starts a new group")
+    return (f"cell {cell}: its rollout server (step {step}) exited on its own ({code}); its calls go to other "
+            "servers and a new server starts (if it was asleep: when the cell returns to rollout)")
 
 
 def _same_file(stream: object, path: Path) -> bool:

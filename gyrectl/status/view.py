@@ -40,6 +40,7 @@ from gyrectl.coordinator.views import (
 )
 from gyrectl.run.files import EVAL_SUMMARY, STEP_METRICS, check_fields, read_nodes, read_servers, run_config
 from gyrectl.run.rundir import DamagedRunFile, RunDir
+from gyrectl.status.faults import Fault, run_faults
 from gyrectl.status.rows import EvalRow, NodeRow, ServerRow, StepRow
 from gyrectl.store.damage import Skipped
 from gyrectl.store.jsonl import JsonlContents, scan_jsonl
@@ -80,6 +81,9 @@ class RunView:
     """One row per finished evaluation (``evals.jsonl``: :mod:`gyrectl.rollout.evals`)."""
     disk_bytes: int = 0
     """What the run directory's files hold, in bytes (:func:`disk_bytes`)."""
+    faults: list[Fault] = field(default_factory=list)
+    """Every fault the journal shows, oldest first, with what the head did about it
+    (:mod:`gyrectl.status.faults`)."""
 
     def to_json(self) -> dict[str, Any]:
         return {"run_dir": self.run_dir, "name": self.name, "job": self.job.to_json(),
@@ -90,7 +94,8 @@ class RunView:
                 "training": None if self.training is None else self.training.to_json(),
                 "servers": [s.to_json() for s in self.servers], "servers_at": self.servers_at, "damaged": self.damaged,
                 "skipped": [s.to_json() for s in self.skipped], "records_read": self.records_read,
-                "evals": [e.to_json() for e in self.evals], "disk_bytes": self.disk_bytes}
+                "evals": [e.to_json() for e in self.evals], "disk_bytes": self.disk_bytes,
+                "faults": [f.to_json() for f in self.faults]}
 
 
 T = TypeVar("T")
@@ -139,7 +144,8 @@ def run_view(run: RunDir) -> RunView:
                                   key=lambda s: (s.path, s.offset)),
                    records_read={run.journal_file.name: len(journal.records),
                                  run.metrics_file.name: len(metrics.records) - len(refused)}, evals=evals,
-                   disk_bytes=disk_bytes(run.path))
+                   disk_bytes=disk_bytes(run.path),
+                   faults=list(run_faults(journal.events, gave_up=job.state == "ended" and job.reason == "failed")))
     return view if config is None else _with_coordinator(view, nodes, config, journal.events)
 
 

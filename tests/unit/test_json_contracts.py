@@ -45,7 +45,8 @@ SIMULATE_KEYS = ["policy", "workload", "makespan_s", "executions_trained", "thro
                  "timed_out", "staleness", "events", "wall_s", "events_per_s"]
 
 STATUS_KEYS = ["run_dir", "name", "job", "nodes", "note", "steps", "total_steps", "cells", "moves", "executions",
-               "training", "servers", "servers_at", "damaged", "skipped", "records_read", "evals", "disk_bytes"]
+               "training", "servers", "servers_at", "damaged", "skipped", "records_read", "evals", "disk_bytes",
+               "faults"]
 JOB_KEYS = ["id", "backend", "state", "slurm_state", "reason", "components", "error"]
 HEAD_COMPONENT_KEYS = ["id", "state", "nodes"]
 CELL_JOB_KEYS = ["id", "state", "nodes", "cell"]

@@ -1,7 +1,7 @@
 """The key sets of ``gyrectl status RUN --json``, at every level and in order: a machine-readable
 contract that scripts rely on, pinned on a run directory that fills every part of the view (a
 head that ended, nodes, servers, cells with a lost and re-placed one, moves, a training step under
-way, finished steps)."""
+way, finished steps, a fault and its recovery)."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def test_status_json_keys_at_every_level(cli, tmp_path: Path) -> None:
     view = json.loads(result.stdout)
     assert list(view) == ["run_dir", "name", "job", "nodes", "note", "steps", "total_steps", "cells", "moves",
                           "executions", "training", "servers", "servers_at", "damaged", "skipped", "records_read",
-                          "evals", "disk_bytes"]
+                          "evals", "disk_bytes", "faults"]
     assert list(view["job"]) == ["id", "backend", "state", "slurm_state", "reason", "components", "error"]
     assert [sorted(n) for n in view["nodes"]] == [sorted(NODE)] * 2
     assert [list(s) for s in view["steps"]] == [list(STEP)]
@@ -88,6 +88,7 @@ def test_status_json_keys_at_every_level(cli, tmp_path: Path) -> None:
     assert [list(e) for e in view["evals"]] == [list(EVAL)]
     assert view["damaged"] == {} and [s["file"].endswith("evals.jsonl") for s in view["skipped"]] == [True]
     assert list(view["records_read"]) == ["journal.jsonl", "metrics.jsonl"]
+    assert [list(f) for f in view["faults"]] == [["at", "cell", "kind", "recovery", "seconds"]]
 
 
 def test_status_json_values_of_the_coordinator_rows(cli, tmp_path: Path) -> None:
@@ -106,6 +107,8 @@ def test_status_json_values_of_the_coordinator_rows(cli, tmp_path: Path) -> None
                              {"cell": 0, "from": "rollout", "to": "train", "at": T0 + 73, "duration_s": None,
                               "warm": False, "ready_s": None}]
     assert view["training"] == {"index": 1, "cells": [1], "executions": 0, "started_at": T0 + 72}
+    # the lost cell is back in use (training) once placed
+    assert view["faults"] == [{"at": T0 + 62, "cell": 1, "kind": "cell_lost", "recovery": "placed", "seconds": 9.0}]
     # the infrastructure failure was taken by step 0 but left out of its batch: never trained
     assert view["executions"] == {"dispatched": 8, "in_flight": 0, "finished": 8, "trained": 7, "infra_failures": 1,
                                  "uniform_skipped": 0}
@@ -133,8 +136,10 @@ def test_status_json_before_any_coordinator_event(cli, tmp_path: Path) -> None:
     run = RunDir.create(tmp_path, "new")
     run.config_file.write_text(dump_config(load_config("configs/local-tiny.yaml")))
     view = json.loads(cli("status", str(run.path), "--json").stdout)
-    assert {key: view[key] for key in ("nodes", "steps", "cells", "moves", "executions", "training", "servers")} == {
-        "nodes": [], "steps": [], "cells": [], "moves": [], "executions": {}, "training": None, "servers": []}
+    assert {key: view[key] for key in ("nodes", "steps", "cells", "moves", "executions", "training", "servers",
+                                       "faults")} == {
+        "nodes": [], "steps": [], "cells": [], "moves": [], "executions": {}, "training": None, "servers": [],
+        "faults": []}
 
 
 def test_status_text_says_how_many_eval_executions_never_ran(cli, tmp_path: Path) -> None:
