@@ -41,6 +41,7 @@ from gyrectl.coordinator.ports import (
 )
 from gyrectl.coordinator.recovery import (
     EndTraining,
+    FellAsleep,
     ForgetServer,
     GiveUp,
     LoseCell,
@@ -138,20 +139,20 @@ class Actuator:
                 self.cell_nodes[cell] = tuple(node.name for node in nodes)
                 self._servers.place(cell, nodes)
                 return [CellPlaced(cell=cell, nodes=self.cell_nodes[cell], at=now)]
-            case StopDrained(cell=cell, step_id=step_id):
+            case StopDrained(cell=cell, step_id=step_id, reason=reason):
                 self._cluster.stop_step(step_id, grace_s=0.0)
                 if not self._cluster.step_status(step_id).state.ended:
                     return []  # the stop has not taken yet: asked again next round
-                return [PhaseChanged(cell=cell, phase=Phase.TRAIN, at=self._clock.now())]  # stamped after it took
-            case SleepDrained(cell=cell, step_id=step_id, level=level, weight_version=version):
-                try:
-                    self._servers.sleep(cell, level=level)
-                except RuntimeFailure:  # it does not answer: stop it, the return will cold-start
-                    failed = StepFailed(cell=cell, step_id=step_id, role="rollout", exit_code=None, at=now,
-                                        reason="sleep_timeout")
-                    return [failed, *self._recover(StopDrained(cell=cell, step_id=step_id), now)]
-                return [PhaseChanged(cell=cell, phase=Phase.TRAIN, at=self._clock.now(), weight_version=version,
-                                     warm=True, sleeping_server=step_id)]
+                took = self._clock.now()  # stamped after it took
+                failed = [StepFailed(cell=cell, step_id=step_id, role="rollout", exit_code=None, at=took,
+                                     reason=reason)] if reason else []
+                return [*failed, PhaseChanged(cell=cell, phase=Phase.TRAIN, at=took)]
+            case SleepDrained(cell=cell, level=level):
+                self._servers.sleep(cell, level=level)
+                return []
+            case FellAsleep(cell=cell, step_id=step_id, weight_version=version):
+                return [PhaseChanged(cell=cell, phase=Phase.TRAIN, at=now, weight_version=version, warm=True,
+                                     sleeping_server=step_id)]
             case ForgetServer(cell=cell, step_id=step_id, exit_code=exit_code):
                 return [StepFailed(cell=cell, step_id=step_id, role="rollout", exit_code=exit_code, at=now)]
             case RouteServer(cell=cell, step_id=step_id, weight_version=version):

@@ -36,6 +36,9 @@ class Observation:
     server and sleeping server that ended (one that is not here still runs)."""
     sessions: Mapping[int, int] = field(default_factory=dict)
     """Executions each draining cell's server still holds."""
+    asleep: Mapping[int, bool] = field(default_factory=dict)
+    """Draining cells without sessions whose server's sleep ended: True once it sleeps, False if
+    it did not answer in time."""
     ready: frozenset[int] = frozenset()
     """Starting or returning cells whose server step runs and answers at the gateway."""
     training: tuple[StepStatus, ...] = ()
@@ -62,10 +65,13 @@ def read_world(state: CoordinatorState, *, cluster: Cluster, servers: CellServer
                if (nodes := cluster.replacement(cell.id)) is not None}
     steps: dict[str, StepStatus] = {}
     sessions: dict[int, int] = {}
+    asleep: dict[int, bool] = {}
     ready: set[int] = set()
     for cell in state.cells.select(MOVING):
         if cell.phase is Phase.DRAINING:
             sessions[cell.id] = servers.sessions(cell.id)
+            if sessions[cell.id] == 0 and state.limits.sleep_level and (slept := servers.asleep(cell.id)) is not None:
+                asleep[cell.id] = slept
             continue
         steps[cell.step_id] = status = cluster.step_status(cell.step_id)
         if status.state is StepState.RUNNING and servers.ready(cell.id):
@@ -76,7 +82,7 @@ def read_world(state: CoordinatorState, *, cluster: Cluster, servers: CellServer
     committed = state.train is not None and bool(state.train.group) and trainers.committed(state.train.index)
     ended = any(status.state.ended for status in (*steps.values(), *training, *trainer))
     lost_later = frozenset(cluster.lost_cells()) if ended else lost
-    return Observation(lost=lost, lost_later=lost_later, granted=granted, steps=steps, sessions=sessions,
+    return Observation(lost=lost, lost_later=lost_later, granted=granted, steps=steps, sessions=sessions, asleep=asleep,
                        ready=frozenset(ready), training=training, trainer=trainer, committed=committed, at=now)
 
 

@@ -47,8 +47,14 @@ class CellServers(Protocol):
         executions move on between calls)."""
 
     def sleep(self, cell: int, *, level: int) -> None:
-        """Puts the cell's drained server to sleep (``rollout.sleep_level``); raises
-        ``RuntimeFailure`` if it does not answer."""
+        """Starts putting the cell's drained server to sleep (``rollout.sleep_level``) and returns
+        at once; asked again while that sleep is under way, does nothing. ``asleep`` says how it
+        went."""
+
+    def asleep(self, cell: int) -> bool | None:
+        """How the sleep of the cell's drained server went: None while under way (or not asked
+        since the cell began draining), True once it sleeps, False if it did not answer within
+        ``rollout.wake_timeout_s``."""
 
     def wake(self, cell: int) -> None:
         """Starts waking the cell's sleeping server and returns at once; the cell is ``ready``

@@ -3,7 +3,9 @@
 
 - A starting or returning cell whose server answers (and has loaded the newest weights it was
   given) joins the routing; a draining cell whose server holds no more sessions has its server put
-  to sleep, or its step stopped with sleep level 0 (its executions moved to other servers).
+  to sleep (off the coordinator's thread: the cell trains once it sleeps), or its step stopped
+  with sleep level 0 or when the sleep does not answer in time (its executions moved to other
+  servers).
 - A sleeping server that exits is forgotten: the cell cold-starts a new one when it returns. One
   that does not wake within ``rollout.wake_timeout_s``, or exits waking, is stopped and replaced
   by a cold start.
@@ -25,7 +27,7 @@ from dataclasses import dataclass
 
 from gyrectl.cluster.base import Node, StepState
 from gyrectl.coordinator.observation import MOVING, Observation
-from gyrectl.coordinator.state import CoordinatorState, Phase
+from gyrectl.coordinator.state import CellState, CoordinatorState, Phase
 
 MAX_CELL_FAILURES = 3
 """Steps of one cell that may exit on their own before the run gives up (a node that keeps
@@ -54,20 +56,29 @@ class PlaceCell:
 
 @dataclass(frozen=True)
 class StopDrained:
-    """The draining cell's server holds no sessions: stop it; the cell trains once the stop took."""
+    """The draining cell's server holds no sessions: stop it; the cell trains once the stop took.
+    ``reason`` ``sleep_timeout``: it was to sleep but did not answer in time (a fault)."""
 
     cell: int
     step_id: str
+    reason: str = ""
 
 
 @dataclass(frozen=True)
 class SleepDrained:
-    """The draining cell's server holds no sessions: put it to sleep at ``level``; the cell trains
-    at once, its server kept for the return."""
+    """The draining cell's server holds no sessions: put it to sleep at ``level`` (off the
+    coordinator's thread; asking again while it falls asleep does nothing)."""
+
+    cell: int
+    level: int
+
+
+@dataclass(frozen=True)
+class FellAsleep:
+    """The draining cell's server sleeps: the cell trains, its server kept for the return."""
 
     cell: int
     step_id: str
-    level: int
     weight_version: int
     """The weights the server keeps while it sleeps."""
 
@@ -152,7 +163,7 @@ class GiveUp:
     message: str
 
 
-Recovery = (LoseCell | PlaceCell | StopDrained | SleepDrained | RouteServer | RestartServer | ForgetServer
+Recovery = (LoseCell | PlaceCell | StopDrained | SleepDrained | FellAsleep | RouteServer | RestartServer | ForgetServer
             | ReplaceWaking | RetryTraining | EndTraining | ReleaseTrainer | GiveUp)
 
 
@@ -191,9 +202,7 @@ def finish_moves(state: CoordinatorState, seen: Observation) -> list[Recovery]:
     for cell in state.cells.select(MOVING):
         if cell.phase is Phase.DRAINING:
             if seen.sessions[cell.id] == 0:  # with movable executions: at once
-                recoveries.append(SleepDrained(cell=cell.id, step_id=cell.step_id, level=level,
-                                               weight_version=cell.weight_version) if level
-                                  else StopDrained(cell=cell.id, step_id=cell.step_id))
+                recoveries.append(_put_to_sleep(cell, level, seen.asleep.get(cell.id)))
             continue
         status, waking = seen.steps[cell.step_id], cell.phase is Phase.RETURNING and cell.warm
         if cell.id in seen.lost_later:  # lost ones are answered next round
@@ -212,6 +221,16 @@ def finish_moves(state: CoordinatorState, seen: Observation) -> list[Recovery]:
         elif cell.id in seen.ready and not cell.syncing:
             recoveries.append(RouteServer(cell=cell.id, step_id=cell.step_id, weight_version=cell.weight_version))
     return recoveries
+
+
+def _put_to_sleep(cell: CellState, level: int, asleep: bool | None) -> Recovery:
+    """A drained server: stopped (level 0, or its sleep did not answer in time), put to sleep,
+    or, once it sleeps, kept while its cell trains."""
+    if not level or asleep is False:
+        return StopDrained(cell=cell.id, step_id=cell.step_id, reason="sleep_timeout" if level else "")
+    if asleep:
+        return FellAsleep(cell=cell.id, step_id=cell.step_id, weight_version=cell.weight_version)
+    return SleepDrained(cell=cell.id, level=level)
 
 
 def answer_server_exits(state: CoordinatorState, seen: Observation) -> list[Recovery]:

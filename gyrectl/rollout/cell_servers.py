@@ -5,7 +5,8 @@ processes or Slurm steps), as the head's gateway routes to them.
 
     route(cell)     ──> gateway pool: add / drain each of the cell's server replicas
     sleep / wake    ──> the cell's drained replicas sleep while the cell trains, wake to return
-                        (background thread: the cell is not ready until every replica woke)
+                        (background threads: the cell trains once every replica sleeps, and is
+                        not ready until every replica woke)
     sync_weights    ──> background thread: live reload of checkpoints/vN into each replica (after
                         the cell's wake, if one is under way), reported as WeightsSynced through
                         the outbox
@@ -43,6 +44,15 @@ class _Wake:
     woke: bool = False
 
 
+@dataclass
+class _Sleep:
+    """A sleep asked of a drained cell's server: ``done`` once it ended, ``slept`` if every
+    replica answered."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    slept: bool = False
+
+
 class LiveCellServers:
     def __init__(self, *, run: RunDir, gateway: GatewayControl, servers: Sequence[Sequence[CellServer]],
                  replicas_of: Callable[[int, Sequence[Node]], Sequence[CellServer]], weight_sync: WeightSync,
@@ -61,6 +71,8 @@ class LiveCellServers:
         self._wake_timeout_s = wake_timeout_s
         self._waking: dict[int, _Wake] = {}
         """Each cell whose wake is under way."""
+        self._sleeps: dict[int, _Sleep] = {}
+        """Each draining cell whose server was asked to sleep (since the cell began draining)."""
 
     def ready(self, cell: int) -> bool:
         """Every replica of the cell answers (a multi-node engine answers once all its ranks
@@ -76,14 +88,24 @@ class LiveCellServers:
                 self._gateway.add_server(server.name, server.url, weight_version=weight_version)
             self._serving(weight_version)
             return
+        with self._lock:  # a drain begins: an earlier sleep of the cell says nothing about this one
+            self._sleeps.pop(cell, None)
         known = {view.name for view in self._gateway.servers()}
         for server in self._servers[cell]:
             if server.name in known:
                 self._gateway.drain_server(server.name)
 
     def sleep(self, cell: int, *, level: int) -> None:
-        for server in self._servers[cell]:
-            sleep_server(server.url, level=level, key=self._server_key, timeout_s=self._wake_timeout_s)
+        with self._lock:
+            if cell in self._sleeps:
+                return  # under way, or done and not yet read
+            self._sleeps[cell] = sleep = _Sleep()
+        threading.Thread(target=self._sleep, args=(cell, level, sleep), name=f"sleep-cell{cell}", daemon=True).start()
+
+    def asleep(self, cell: int) -> bool | None:
+        with self._lock:
+            sleep = self._sleeps.get(cell)
+        return sleep.slept if sleep is not None and sleep.done.is_set() else None
 
     def wake(self, cell: int) -> None:
         wake = _Wake()
@@ -117,6 +139,16 @@ class LiveCellServers:
         with self._lock:  # read before the outbox: a reload leaves this list after its event is in there
             versions = {version for _, version in self._reloads}
         return versions | {e.version for e in self._outbox.pending() if isinstance(e, WeightsSynced)}
+
+    def _sleep(self, cell: int, level: int, sleep: _Sleep) -> None:
+        try:
+            for server in self._servers[cell]:
+                sleep_server(server.url, level=level, key=self._server_key, timeout_s=self._wake_timeout_s)
+            sleep.slept = True
+        except RuntimeFailure as exc:  # the coordinator stops it: the cell's return cold-starts a server
+            log.warning("cell %d: its server did not go to sleep: %s", cell, exc)
+        finally:
+            sleep.done.set()
 
     def _wake(self, cell: int, wake: _Wake) -> None:
         """Every replica of the cell wakes. One that does not answer in time is left to the

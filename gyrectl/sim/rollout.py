@@ -292,6 +292,9 @@ class SimulatedServers:
     def sleep(self, cell: int, *, level: int) -> None:
         pass  # a drained simulated server holds nothing; its wake-up is timed by wake
 
+    def asleep(self, cell: int) -> bool:
+        return True  # at once: the rollout -> train switch cost is the training step's start
+
     def wake(self, cell: int) -> None:
         """A sleeping server wakes: it answers once the switch cost has passed."""
         delay = self._costs.step_start_s(role="rollout", last_role="train")

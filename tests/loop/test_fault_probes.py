@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from gyrectl.cluster.keeper import descendants, process_stat
+from gyrectl.cluster.keeper import descendants
 from gyrectl.coordinator.events import (
     Dispatched,
     PhaseChanged,
@@ -38,6 +38,8 @@ from gyrectl.coordinator.events import (
     is_event_record,
 )
 from gyrectl.coordinator.state import Phase
+
+from run_processes import assert_nothing_left, read_proc
 
 pytestmark = [pytest.mark.loop, pytest.mark.vllm, pytest.mark.slow]
 WAKE_TIMEOUT_S = 5.0
@@ -95,40 +97,11 @@ def _ended(record: dict) -> bool:
     return record.get("event") == "head_ended"
 
 
-def _read(path: str) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError:
-        return b""
-
-
-def run_processes(run_dir: Path) -> dict[int, str]:
-    """Every live process whose command line or environment names the run directory."""
-    marks = {os.fsencode(str(run_dir)), os.fsencode(str(run_dir.resolve()))}
-    found = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        stat = process_stat(entry.name)
-        cmdline, environ = _read(f"/proc/{entry.name}/cmdline"), _read(f"/proc/{entry.name}/environ")
-        if stat and stat[0] != "Z" and any(mark in cmdline or mark in environ for mark in marks):
-            found[int(entry.name)] = cmdline.replace(b"\0", b" ").decode(errors="replace")[:160]
-    return found
-
-
-def assert_nothing_left(run_dir: Path, within_s: float = 40.0) -> None:
-    deadline = time.monotonic() + within_s
-    while (left := run_processes(run_dir)) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not left, f"processes of the run left behind: {left}"
-
-
 def server_of(port: int) -> list[int]:
     """The processes of the vLLM server on ``port``: its API server first, then its engine's."""
     needle = f"\0--port\0{port}\0".encode()
     for entry in os.scandir("/proc"):
-        cmdline = _read(f"/proc/{entry.name}/cmdline") if entry.name.isdigit() else b""
+        cmdline = read_proc(f"/proc/{entry.name}/cmdline") if entry.name.isdigit() else b""
         if b"gyrectl.cluster.keeper" in cmdline and b"vllm" in cmdline and needle in cmdline:
             return descendants(int(entry.name))
     raise AssertionError(f"no server on port {port}")
@@ -140,7 +113,7 @@ def trainer_worker(run_dir: Path, cell: int) -> int:
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
-        cmdline, environ = _read(f"/proc/{entry.name}/cmdline"), b"\0" + _read(f"/proc/{entry.name}/environ")
+        cmdline, environ = read_proc(f"/proc/{entry.name}/cmdline"), b"\0" + read_proc(f"/proc/{entry.name}/environ")
         if (b"gyrectl.train\0" in cmdline and b"gyrectl.cluster.keeper" not in cmdline
                 and b"gyrectl.train.torchrun" not in cmdline and mark in environ
                 and f"\0GYRECTL_CELL={cell}\0".encode() in environ and b"\0GYRECTL_ROLE=train\0" in environ):

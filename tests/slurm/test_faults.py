@@ -23,6 +23,7 @@ import pytest
 from gyrectl.coordinator.events import PhaseChanged, StepFailed, TrainEnded, TrainRetried, TrainStarted
 from gyrectl.coordinator.state import Phase
 
+from run_processes import assert_nothing_left
 from runs import (
     batches,
     events,
@@ -146,3 +147,11 @@ def test_a_killed_training_step_is_retried_without_losing_or_reusing_a_trajector
     trained = [e for step in batches(run_dir).values() for e in step]
     assert len(trained) == len(set(trained)) == STEPS * BATCH, "lost 0, trained twice 0"
     assert view["executions"]["trained"] == STEPS * BATCH
+
+
+def test_no_process_of_the_drilled_run_is_left_on_any_node(drilled) -> None:
+    """Every task runs under a step keeper: with ``proctrack/linuxproc`` a killed step's orphans
+    (vLLM's engine core, torchrun's workers) would escape Slurm's end of the step. The test
+    cluster's nodes share this machine, so ``/proc`` here sees all of them."""
+    run_dir, _, _ = drilled
+    assert_nothing_left(run_dir)

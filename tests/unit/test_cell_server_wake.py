@@ -2,7 +2,8 @@
 is not ready until every replica woke, a reload asked meanwhile waits for the wake, and a server
 that does not wake within the timeout stays unready (the coordinator replaces it) while its
 reload is dropped. The server is a small HTTP stub that freezes for as long as told when woken
-(its ``/health`` hangs too, as a stopped process's would)."""
+(its ``/health`` hangs too, as a stopped process's would), and takes as long to fall asleep.
+The sleep, too, runs off the coordinator's thread."""
 
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.server.calls.append((self.path, time.monotonic()))
         if self.path == "/wake_up":
             self.server.frozen_until = time.monotonic() + self.server.wake_s
+        if self.path == "/wake_up" or self.path.startswith("/sleep"):
             time.sleep(self.server.wake_s)
         self._answer()
 
@@ -117,3 +119,25 @@ def test_a_server_that_does_not_wake_in_time_stays_unready_and_its_reload_is_dro
     assert _until(lambda: servers.reloading() == set(), timeout_s=5.0)
     assert not servers.ready(0) and sync.synced == []  # frozen: its health check fails as well
     assert _until(lambda: servers.ready(0)), "a server that answers again is not held back by a failed wake"
+
+
+@pytest.mark.parametrize("engine", [1.0], indirect=True)
+def test_a_sleep_returns_at_once_asked_again_does_nothing_and_says_when_it_slept(tmp_path, engine) -> None:
+    servers = cell_servers(tmp_path, engine, RecordingSync(), timeout_s=10.0)
+    engine.calls.clear()
+    started = time.monotonic()
+    servers.sleep(0, level=1)
+    servers.sleep(0, level=1)  # the coordinator asks each round until it sleeps
+    assert time.monotonic() - started < 0.5 and servers.asleep(0) is None
+    assert _until(lambda: servers.asleep(0) is True)
+    assert [path for path, _ in engine.calls] == ["/sleep?level=1"]
+    servers.route(0, routed=False)  # the cell's next drain: the last sleep says nothing of it
+    assert servers.asleep(0) is None
+
+
+@pytest.mark.parametrize("engine", [3.0], indirect=True)
+def test_a_server_that_does_not_go_to_sleep_in_time_says_so(tmp_path, engine) -> None:
+    servers = cell_servers(tmp_path, engine, RecordingSync(), timeout_s=0.3)
+    servers.sleep(0, level=1)
+    assert _until(lambda: servers.asleep(0) is not None, timeout_s=5.0)
+    assert servers.asleep(0) is False  # the coordinator stops it

@@ -17,6 +17,7 @@ from gyrectl.coordinator.events import PhaseChanged, StepFailed, SyncStarted, ap
 from gyrectl.coordinator.observation import Observation
 from gyrectl.coordinator.recovery import (
     MAX_CELL_FAILURES,
+    FellAsleep,
     ForgetServer,
     GiveUp,
     LoseCell,
@@ -27,7 +28,6 @@ from gyrectl.coordinator.recovery import (
     recover,
 )
 from gyrectl.coordinator.state import CellState, CellTable, Limits, Phase, initial_state
-from gyrectl.errors import RuntimeFailure
 from gyrectl.launch.steps import step_factory
 from gyrectl.run.rundir import RunDir
 from gyrectl.sim.run import simulate
@@ -47,10 +47,15 @@ def status(step_id: str, state: StepState) -> StepStatus:
 
 
 def test_a_drained_server_sleeps_at_the_configured_level_and_level_0_stops_it() -> None:
+    """The sleep runs off the coordinator's thread: asked (again) while it is under way, and the
+    cell trains once the server sleeps; one that did not answer in time is stopped (a fault)."""
     draining = CellState(id=1, phase=Phase.DRAINING, step_id="s1", weight_version=2)
     seen = Observation(sessions={1: 0})
-    assert recover(state_of(CellState(id=0), draining), seen) == [
-        SleepDrained(cell=1, step_id="s1", level=1, weight_version=2)]
+    assert recover(state_of(CellState(id=0), draining), seen) == [SleepDrained(cell=1, level=1)]
+    assert recover(state_of(CellState(id=0), draining), dataclasses.replace(seen, asleep={1: True})) == [
+        FellAsleep(cell=1, step_id="s1", weight_version=2)]
+    assert recover(state_of(CellState(id=0), draining), dataclasses.replace(seen, asleep={1: False})) == [
+        StopDrained(cell=1, step_id="s1", reason="sleep_timeout")]
     cold = dataclasses.replace(WARM, sleep_level=0)
     assert recover(state_of(CellState(id=0), draining, limits=cold), seen) == [StopDrained(cell=1, step_id="s1")]
 
@@ -96,9 +101,11 @@ def test_the_fold_keeps_a_sleeping_server_through_training_and_a_dead_one_is_for
 class Steps(Cluster):
     backend = "scripted"
 
-    def __init__(self) -> None:
+    def __init__(self, *, ended: bool = False) -> None:
+        """``ended``: a stopped step has ended by the time its status is read."""
         self.started: list[str] = []
         self.stopped: list[str] = []
+        self.ended = ended
 
     def discover(self):
         return []
@@ -111,22 +118,23 @@ class Steps(Cluster):
         self.stopped.append(step_id)
 
     def step_status(self, step_id: str) -> StepStatus:
+        if self.ended and step_id in self.stopped:
+            return StepStatus(step_id, StepState.CANCELLED)
         return StepStatus(step_id, StepState.RUNNING)
 
 
 class Servers:
-    """The cell servers: records the calls; ``refuse`` names the calls that fail as an unanswering
-    server would."""
+    """The cell servers: records the calls, answers as told (a sleep under way, done or failed)."""
 
-    def __init__(self, refuse: tuple[str, ...] = ()) -> None:
+    def __init__(self, answers: dict | None = None) -> None:
+        """``answers``: what a call answers, by name (None otherwise)."""
         self.calls: list[tuple] = []
-        self.refuse = refuse
+        self.answers = answers or {}
 
     def __getattr__(self, name):
         def call(*args, **kwargs):
             self.calls.append((name, args, kwargs))
-            if name in self.refuse:
-                raise RuntimeFailure(f"{name} refused")
+            return self.answers.get(name)
         return call
 
     def sessions(self, cell: int) -> int:
@@ -189,16 +197,19 @@ def test_the_actuator_stops_a_server_that_did_not_wake_and_cold_starts_the_retur
     assert state.cells[1].step_id == "new-rollout-cell1" and state.cells[1].failures == 1
 
 
-def test_a_server_that_does_not_fall_asleep_is_stopped(tmp_path: Path) -> None:
-    servers, steps = Servers(refuse=("sleep",)), Steps()
-    state = state_of(CellState(id=0), CellState(id=1, phase=Phase.DRAINING, step_id="s1"))
-    act = actuator(tmp_path, servers, steps)
-    events = act.observe(state)
+def test_the_actuator_starts_the_sleep_then_trains_the_cell_once_it_sleeps_or_stops_it(tmp_path: Path) -> None:
+    state = state_of(CellState(id=0), CellState(id=1, phase=Phase.DRAINING, step_id="s1", weight_version=2))
+    servers, steps = Servers(answers={"asleep": None}), Steps()
+    assert actuator(tmp_path, servers, steps).observe(state) == []  # falling asleep: the cell waits
+    assert ("sleep", (1,), {"level": 1}) in servers.calls and steps.stopped == []
+    slept = actuator(tmp_path, Servers(answers={"asleep": True}), Steps()).observe(state)
+    assert slept == [PhaseChanged(cell=1, phase=Phase.TRAIN, at=7.0, weight_version=2, warm=True,
+                                  sleeping_server="s1")]
+    steps = Steps(ended=True)
+    events = actuator(tmp_path, Servers(answers={"asleep": False}), steps).observe(state)
     assert steps.stopped == ["s1"]
-    # the stop is asked; the cell trains once the step is gone (next round)
-    assert events == [StepFailed(cell=1, step_id="s1", role="rollout", exit_code=None, at=7.0, reason="sleep_timeout")]
-    slept = actuator(tmp_path, Servers(), Steps()).observe(state)
-    assert slept == [PhaseChanged(cell=1, phase=Phase.TRAIN, at=7.0, warm=True, sleeping_server="s1")]
+    assert events == [StepFailed(cell=1, step_id="s1", role="rollout", exit_code=None, at=7.0, reason="sleep_timeout"),
+                      PhaseChanged(cell=1, phase=Phase.TRAIN, at=7.0)]
 
 
 def _cold_starts(events) -> dict[int, int]:
