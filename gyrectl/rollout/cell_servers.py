@@ -15,42 +15,20 @@ processes or Slurm steps), as the head's gateway routes to them.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 
 from gyrectl.cluster.base import Node
 from gyrectl.coordinator.events import WeightsSynced
-from gyrectl.errors import RuntimeFailure
 from gyrectl.gateway.control import GatewayControl
 from gyrectl.rollout.http import ServerCallError, get
 from gyrectl.rollout.outbox import Outbox
 from gyrectl.rollout.replicas import CellServer
-from gyrectl.rollout.sleep import SLEEP_TIMEOUT_S, sleep_server, wake_server
+from gyrectl.rollout.sleep import SLEEP_TIMEOUT_S, EngineSwitches
 from gyrectl.rollout.sync import WeightSync
 from gyrectl.run.rundir import RunDir
-
-log = logging.getLogger(__name__)
-
-
-@dataclass
-class _Wake:
-    """A wake under way: ``done`` once it ended, ``woke`` if every replica answered."""
-
-    done: threading.Event = field(default_factory=threading.Event)
-    woke: bool = False
-
-
-@dataclass
-class _Sleep:
-    """A sleep asked of a drained cell's server: ``done`` once it ended, ``slept`` if every
-    replica answered."""
-
-    done: threading.Event = field(default_factory=threading.Event)
-    slept: bool = False
 
 
 class LiveCellServers:
@@ -68,18 +46,13 @@ class LiveCellServers:
         self._lock = threading.Lock()
         self._reloads: list[tuple[int, int]] = []
         """``(cell, version)`` of each live reload under way."""
-        self._wake_timeout_s = wake_timeout_s
-        self._waking: dict[int, _Wake] = {}
-        """Each cell whose wake is under way."""
-        self._sleeps: dict[int, _Sleep] = {}
-        """Each draining cell whose server was asked to sleep (since the cell began draining)."""
+        self._switches = EngineSwitches(key=server_key, timeout_s=wake_timeout_s)
 
     def ready(self, cell: int) -> bool:
         """Every replica of the cell answers (a multi-node engine answers once all its ranks
         joined), and none is still waking."""
-        with self._lock:
-            if cell in self._waking:
-                return False
+        if self._switches.waking(cell):
+            return False
         return all(self._healthy(server) for server in self._servers[cell])
 
     def route(self, cell: int, *, routed: bool, weight_version: int = 0) -> None:
@@ -88,30 +61,20 @@ class LiveCellServers:
                 self._gateway.add_server(server.name, server.url, weight_version=weight_version)
             self._serving(weight_version)
             return
-        with self._lock:  # a drain begins: an earlier sleep of the cell says nothing about this one
-            self._sleeps.pop(cell, None)
+        self._switches.forget_sleep(cell)  # a drain begins
         known = {view.name for view in self._gateway.servers()}
         for server in self._servers[cell]:
             if server.name in known:
                 self._gateway.drain_server(server.name)
 
     def sleep(self, cell: int, *, level: int) -> None:
-        with self._lock:
-            if cell in self._sleeps:
-                return  # under way, or done and not yet read
-            self._sleeps[cell] = sleep = _Sleep()
-        threading.Thread(target=self._sleep, args=(cell, level, sleep), name=f"sleep-cell{cell}", daemon=True).start()
+        self._switches.sleep(cell, [server.url for server in self._servers[cell]], level=level)
 
     def asleep(self, cell: int) -> bool | None:
-        with self._lock:
-            sleep = self._sleeps.get(cell)
-        return sleep.slept if sleep is not None and sleep.done.is_set() else None
+        return self._switches.asleep(cell)
 
     def wake(self, cell: int) -> None:
-        wake = _Wake()
-        with self._lock:
-            self._waking[cell] = wake
-        threading.Thread(target=self._wake, args=(cell, wake), name=f"wake-cell{cell}", daemon=True).start()
+        self._switches.wake(cell, [server.url for server in self._servers[cell]])
 
     def sessions(self, cell: int) -> int:
         names = {server.name for server in self._servers[cell]}
@@ -140,39 +103,11 @@ class LiveCellServers:
             versions = {version for _, version in self._reloads}
         return versions | {e.version for e in self._outbox.pending() if isinstance(e, WeightsSynced)}
 
-    def _sleep(self, cell: int, level: int, sleep: _Sleep) -> None:
-        try:
-            for server in self._servers[cell]:
-                sleep_server(server.url, level=level, key=self._server_key, timeout_s=self._wake_timeout_s)
-            sleep.slept = True
-        except RuntimeFailure as exc:  # the coordinator stops it: the cell's return cold-starts a server
-            log.warning("cell %d: its server did not go to sleep: %s", cell, exc)
-        finally:
-            sleep.done.set()
-
-    def _wake(self, cell: int, wake: _Wake) -> None:
-        """Every replica of the cell wakes. One that does not answer in time is left to the
-        coordinator, which replaces its server once ``ready`` has not said yes for that long (a
-        frozen server's health check fails too); a reload waiting for this wake is dropped."""
-        try:
-            for server in self._servers[cell]:
-                wake_server(server.url, key=self._server_key, timeout_s=self._wake_timeout_s)
-            wake.woke = True
-        except RuntimeFailure as exc:
-            log.warning("cell %d: its server did not wake: %s", cell, exc)
-        finally:
-            with self._lock:
-                if self._waking.get(cell) is wake:
-                    del self._waking[cell]
-            wake.done.set()
-
     def _sync(self, cell: int, version: int) -> None:
         """Every replica of the cell reloads ``version`` (at once: each is its own engine), once
         the cell's wake (if one is under way) is over; the cell has synced when all have."""
-        with self._lock:
-            wake = self._waking.get(cell)
-        if wake is not None and not (wake.done.wait() and wake.woke):
-            with self._lock:  # its server is replaced by a cold start, which loads the newest weights
+        if not self._switches.woke(cell):  # its server is replaced by a cold start, which loads the newest weights
+            with self._lock:
                 self._reloads.remove((cell, version))
             return
         servers = self._servers[cell]
