@@ -1,4 +1,5 @@
-"""One typed config tree from YAML: ``schema`` (frozen dataclasses, a docstring per field),
+"""One typed config tree from YAML: ``schema`` (frozen dataclasses, a docstring per field; the
+``training`` section's in ``training``),
 ``loader`` (YAML + ``--set`` overrides -> dataclasses, with field paths in every error) and
 ``checks`` (cross-field rules that show their arithmetic) and ``placement`` (how the GPUs make
 server engines).

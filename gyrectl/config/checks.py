@@ -185,6 +185,7 @@ def check_config(config: Config) -> None:
             "with a group kept out would never fill"))
     if training.lr <= 0:
         raise ConfigError("training.lr", f"must be positive, got {training.lr:g}")
+    _check_optimizer(config)
     _at_least("training.micro_batch_tokens", training.micro_batch_tokens, 1)
     if not 0 < training.clip_eps < 1:
         raise ConfigError("training.clip_eps", f"must be in (0, 1), got {training.clip_eps:g}")
@@ -228,3 +229,22 @@ def check_config(config: Config) -> None:
         raise ConfigError("simulator.workload_size", (
             f"{sim.workload_size} is not a multiple of rollout.executions_per_task="
             f"{config.rollout.executions_per_task}: the last GRPO group would never be whole"))
+
+
+def _check_optimizer(config: Config) -> None:
+    """The learning-rate schedule, weight decay and gradient clipping (``gyrectl.train.optim``)."""
+    training, steps = config.training, config.run.steps
+    _at_least("training.warmup_steps", training.warmup_steps, 0)
+    if training.warmup_steps > steps:
+        raise ConfigError("training.warmup_steps", (
+            f"{training.warmup_steps} is more than run.steps={steps}: the learning rate would never "
+            f"reach training.lr (step {steps - 1} would train at {(steps - 1) / training.warmup_steps:.3g} x lr)"))
+    _at_least("training.weight_decay", training.weight_decay, 0)
+    if training.lr * training.weight_decay >= 1:
+        raise ConfigError("training.weight_decay", (
+            f"training.lr x training.weight_decay = {training.lr:g} x {training.weight_decay:g} = "
+            f"{training.lr * training.weight_decay:g}: AdamW multiplies every weight by 1 - that each step, "
+            "which zeroes or flips them (it must be below 1)"))
+    if training.max_grad_norm < 0:
+        raise ConfigError("training.max_grad_norm",
+                          f"must be at least 0 (0: no clipping), got {training.max_grad_norm:g}")

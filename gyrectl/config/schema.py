@@ -13,6 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+# TrainingConfig has a module of its own (the step's algorithm and optimizer knobs); ``schema``
+# still names it, so ``from gyrectl.config.schema import TrainingConfig`` keeps working.
+from gyrectl.config.training import TrainingConfig
+
 
 @dataclass(frozen=True)
 class RunConfig:
@@ -201,49 +205,6 @@ class RolloutConfig:
             if key.lstrip("-").replace("_", "-") == wanted and value is not None:
                 return value
         return None
-
-
-@dataclass(frozen=True)
-class TrainingConfig:
-    algorithm: Literal["grpo"] = "grpo"
-    """Policy-gradient algorithm."""
-    batch_executions: int = 64
-    """Finished executions one training step consumes: whole GRPO groups, so a multiple of
-    ``rollout.executions_per_task``."""
-    skip_uniform_groups: bool = False
-    """Keep groups without a learning signal (every member got the same reward, so every advantage
-    is 0) out of the batches, and dispatch more executions to fill them (DAPO's dynamic sampling);
-    such groups are never trained. Needs ``scheduler.batch_order: completion``."""
-    max_batch_draws: int = 4
-    """With ``skip_uniform_groups``: the executions drawn per step, counted in batches, over the run
-    so far (DAPO's max_num_gen_batches). Past it, groups without a signal fill batches again (their
-    tokens are still left out of the loss), so a task the policy cannot tell apart cannot stall the run."""
-    lr: float = 1e-6
-    """AdamW learning rate."""
-    micro_batch_tokens: int = 16384
-    """Token budget of one packed micro-batch (each rank runs whole micro-batches: its activations,
-    logits and attention mask grow with it; ``gyrectl plan`` shows by how much)."""
-    activation_checkpointing: bool = False
-    """Recompute each decoder layer's activations in the backward pass instead of keeping them:
-    about a third more compute, activations of one layer plus each layer's input instead of every
-    layer's (``gyrectl plan`` shows both)."""
-    clip_eps: float = 0.2
-    """PPO-style clipping range of the importance ratio."""
-    max_importance_weight: float = 2.0
-    """Cap of the truncated importance weight that corrects tokens sampled by older weights."""
-    resident: bool = True
-    """Keep the training group up between steps: while the next step trains on the same cells, its
-    members keep their processes, model and optimizer state (no torchrun start, no load; on GPU
-    offloaded to host memory while the cells serve). Other cells, a failed step or a lost cell start
-    a new group from the last checkpoint. false: every step starts its members afresh. A step that
-    grows (``scheduler.grow_running_step``, simulated only) always starts afresh."""
-    keep_checkpoints: int = 3
-    """Weight versions (``checkpoints/vN``) kept on disk: the newest N; the head removes an older
-    one once no server serves or loads it and no evaluation waits on it (0: keep every version).
-    v0, the link to ``model.path``, is never removed. 3 by default: the newest is all that the next
-    step, the servers and a resume read, and two more let you go back a couple of steps if
-    training diverged, while a 32B model's run holds ~3 x 64 GB of bf16 weights instead of 64 GB
-    per step it trained. Only the newest version's optimizer state is kept, whatever this says."""
 
 
 @dataclass(frozen=True)

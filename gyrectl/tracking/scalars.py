@@ -2,7 +2,7 @@
 the coordinator's journal.
 
     train/<key>          per step: reward, loss, KL, clip fraction, dedup ratio, tokens, grad
-                         norm, step duration (``metrics.jsonl``)
+                         norm (before clipping), learning rate, step duration (``metrics.jsonl``)
     time_s/<part>        per step: load, batch, forward_backward, optimizer, save
     memory_gb/<part>     per step: what each part of the step added to a rank's memory
     cells/idle_fraction  per step: the share of cell time between the step before's end and this
@@ -30,7 +30,7 @@ from gyrectl.coordinator.views import moves
 STEP_KEYS = ("reward_mean", "reward_std", "loss", "kl", "clip_fraction", "importance_weight_mean", "grad_norm",
              "dedup_ratio", "executions", "executions_skipped", "naive_tokens", "unique_tokens", "trained_tokens",
              "micro_batches", "duration_s", "peak_memory_gb", "world_size", "groups", "groups_without_signal",
-             "signal_token_share")
+             "signal_token_share", "lr")
 BUSY = ("rollout", "training")
 """Timeline labels of a cell doing useful work (:func:`gyrectl.coordinator.timeline.role_segments`)."""
 

@@ -2,7 +2,7 @@
 turned into packed micro-batches with per-execution advantages.
 
     batch file --> recorded calls of those executions --> token trees --> dedup (exact | paths)
-               --> pack to training.micro_batch_tokens;  rewards --> group advantages
+               --> pack to training.micro_batch_tokens;  rewards --> group advantages (training.advantage)
 
 The batch file's format and its reader are :mod:`gyrectl.run.batch_file`'s. An execution of it that
 recorded no call at all (the harness failed before asking the model) has nothing to train: it is skipped,
@@ -61,7 +61,8 @@ def build_step_batch(*, run: RunDir, config: Config, batch: BatchFile) -> StepBa
     recorded = _recorded_calls(run, [e.execution for e in batch.entries]) if batch.entries else {}
     present = [e for e in batch.entries if recorded.get(e.execution)]
     groups = {e.execution: e.group_key for e in present}
-    advantages = group_advantages(rewards={e.execution: e.reward for e in present}, groups=groups)
+    advantages = group_advantages(rewards={e.execution: e.reward for e in present}, groups=groups,
+                                  estimator=config.training.advantage)
     if config.training.skip_uniform_groups:  # not even in the loss's normaliser
         with_signal = groups_with_signal(advantages, groups)
         trained = [e for e in present if groups[e.execution] in with_signal]

@@ -1,10 +1,19 @@
 """GRPO's two pure pieces: group-relative advantages and the token-level policy-gradient loss.
 
 Advantages. The executions of one GRPO group (one task's, and a batch holds whole groups) share a
-baseline: an execution's advantage is ``(r - mean) / (std + 1e-4)`` over its group *as present in
-the batch* (population std, ddof=0; infrastructure failures are not present).
-A group of one gets 0: with nothing to compare against, its reward says nothing about whether
-this attempt was better or worse than the policy's usual, so it must not push the policy.
+baseline, computed over the group *as present in the batch* (infrastructure failures are not
+present); ``training.advantage`` picks the estimator (docs/algorithms.md):
+
+    grpo      A_i = (r_i - mean) / (std + 1e-4)          population std (ddof=0); DeepSeekMath
+    dr_grpo   A_i = r_i - mean                           Dr. GRPO: no std, no difficulty reweighting
+    rloo      A_i = r_i - (sum_{j != i} r_j) / (n - 1)   REINFORCE leave-one-out: an unbiased baseline
+
+A group of one gets 0 in each: with nothing to compare against, its reward says nothing about
+whether this attempt was better or worse than the policy's usual, so it must not push the policy.
+Nor does a group whose rewards are all equal, exactly 0 (a float mean of equal values can be off
+by one rounding, which ``grpo`` would divide by a tiny std; :mod:`gyrectl.train.signal` and the
+coordinator count such groups as without signal). Each estimator gives one value per execution,
+which multiplies every token weight of that execution: exact dedup stays exact whichever is used.
 
 Loss. Decoupled PPO clipping (the proximal policy is separate from the behaviour policy):
 
@@ -32,19 +41,34 @@ import numpy as np
 import torch
 
 ADVANTAGE_EPS = 1e-4
+ADVANTAGE_ESTIMATORS = ("grpo", "dr_grpo", "rloo")
+"""The values of ``training.advantage``."""
 
 
-def group_advantages(*, rewards: Mapping[str, float], groups: Mapping[str, str]) -> dict[str, float]:
-    """Advantage of every execution in ``rewards``; ``groups`` maps an execution to its group."""
+def group_advantages(*, rewards: Mapping[str, float], groups: Mapping[str, str],
+                     estimator: str = "grpo") -> dict[str, float]:
+    """Advantage of every execution in ``rewards``; ``groups`` maps an execution to its group,
+    ``estimator`` is one of :data:`ADVANTAGE_ESTIMATORS` (the module docstring)."""
+    if estimator not in ADVANTAGE_ESTIMATORS:
+        raise ValueError(f"unknown advantage estimator {estimator!r}; one of {ADVANTAGE_ESTIMATORS}")
     members: dict[str, list[str]] = {}
     for execution in rewards:
         members.setdefault(groups[execution], []).append(execution)
     out: dict[str, float] = {}
     for group in members.values():
         r = np.array([rewards[e] for e in group], dtype=np.float64)
-        scaled = np.zeros_like(r) if len(r) == 1 else (r - r.mean()) / (r.std() + ADVANTAGE_EPS)
-        out.update(zip(group, scaled.tolist(), strict=True))
+        out.update(zip(group, _one_group(r, estimator).tolist(), strict=True))
     return out
+
+
+def _one_group(r: np.ndarray, estimator: str) -> np.ndarray:
+    if len(r) == 1 or bool((r == r[0]).all()):
+        return np.zeros_like(r)
+    if estimator == "grpo":
+        return (r - r.mean()) / (r.std() + ADVANTAGE_EPS)
+    if estimator == "dr_grpo":
+        return r - r.mean()
+    return r - (r.sum() - r) / (len(r) - 1)  # rloo: each member's baseline leaves it out
 
 
 def token_advantages(*, execution_index: torch.Tensor, executions: Sequence[str],

@@ -9,7 +9,8 @@
        :mod:`gyrectl.train.resident`)
     3. build the batch: batch file -> calls -> trees -> dedup -> packed micro-batches, advantages
     4. forward/backward over this rank's micro-batches (round-robin), GRPO loss
-    5. one AdamW step (gradients summed over ranks by FSDP2's reduce-scatter)
+    5. one AdamW step (gradients summed over ranks by FSDP2's reduce-scatter) at step N's learning
+       rate, the gradient clipped to ``training.max_grad_norm`` first (:mod:`gyrectl.train.optim`)
     6. save the optimizer state (each rank its shards), then v(N+1) (each rank its files; the
        rename commits the step), then the metrics line
 
@@ -47,6 +48,7 @@ from gyrectl.train.distributed import World, barrier, close_world, init_world, m
 from gyrectl.train.forward import target_logprobs
 from gyrectl.train.grpo import LossStats, PolicyLoss, policy_loss, token_advantages
 from gyrectl.train.memory import GB, MemoryMeter
+from gyrectl.train.optim import clip_coefficient, new_optimizer, scale_gradients, set_step_hyperparameters
 from gyrectl.train.packed import packed_tensors
 from gyrectl.train.policy_export import export_policy
 from gyrectl.train.policy_load import empty_policy, load_policy
@@ -73,6 +75,7 @@ class StepResult:
     loss: float
     stats: LossStats
     grad_norm: float
+    """L2 norm of the step's whole gradient, before any clipping."""
 
 
 @dataclass
@@ -132,8 +135,7 @@ def prepare_trainer(*, run: RunDir, step: int, config: Config, world: World, mem
     with memory("load_weights"):
         model = load_policy(model, run=run, version=step, world=world, compute_dtype=dtype,
                             activation_checkpointing=config.training.activation_checkpointing)
-    # No weight decay: a policy-gradient step should move weights only where the advantages say.
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.training.lr, weight_decay=0.0)
+    optimizer = new_optimizer(model.parameters(), config.training)
     with memory("load_state"):
         loaded = checkpoint.restore_trainer_state(run=run, version=step, model=model, optimizer=optimizer,
                                                   master_weights=dtype != torch.float32)
@@ -149,20 +151,21 @@ def train_step(trainer: Trainer, *, run: RunDir, step: int, config: Config, time
     ``reused``) goes into the metrics line. Leaves ``trainer`` holding v``step + 1``."""
     assert trainer.version == step, f"the trainer holds v{trainer.version}, not v{step}"
     world, model, optimizer = trainer.world, trainer.model, trainer.optimizer
-    for group in optimizer.param_groups:
-        group["lr"] = config.training.lr  # the config's learning rate wins (also over a resident's)
+    # Step N's learning rate, from the config alone: it wins over a loaded state's and a resident's.
+    lr = set_step_hyperparameters(optimizer, config.training, step=step, steps=config.run.steps)
     memory = timer.memory
     with timer("batch"), memory("batch"):  # 3.
         batch = build_step_batch(run=run, config=config, batch=read_batch_file(run=run, step=step))
     with timer("forward_backward"), memory("forward_backward"):  # 4.
         result = forward_backward(model=model, batch=batch, world=world, training=config.training)
     with timer("optimizer"), memory("optimizer"):  # 5.
+        scale_gradients(model, clip_coefficient(result.grad_norm, config.training.max_grad_norm))
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     trainer.version = step + 1
     with timer("save"):  # 6.
         # The copy inside v(N+1) is written before the save ends: its save time and duration are 0.
-        metrics = _metrics(step=step, batch=batch, result=result, world=world, loaded=trainer.loaded,
+        metrics = _metrics(step=step, batch=batch, result=result, lr=lr, world=world, loaded=trainer.loaded,
                            timer=timer, origin=origin)
         with memory("save_state"):
             checkpoint.save_trainer_state(run=run, version=step + 1, model=model, optimizer=optimizer,
@@ -237,15 +240,16 @@ def _local(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.to_local() if hasattr(tensor, "to_local") else tensor
 
 
-def _metrics(*, step: int, batch: StepBatch, result: StepResult, world: World, loaded: bool,
+def _metrics(*, step: int, batch: StepBatch, result: StepResult, lr: float, world: World, loaded: bool,
              timer: Timer, origin: str) -> dict:
+    # grad_norm is the norm before clipping (training.max_grad_norm): the one to tune it against.
     rewards = np.array(list(batch.rewards.values()), dtype=np.float64)
     return {
         "step": step, "weight_version": step + 1, "loss": result.loss,
         "reward_mean": float(rewards.mean()) if len(rewards) else 0.0,
         "reward_std": float(rewards.std()) if len(rewards) else 0.0,
         "kl": result.stats.kl, "clip_fraction": result.stats.clip_fraction,
-        "importance_weight_mean": result.stats.mean_importance_weight, "grad_norm": result.grad_norm,
+        "importance_weight_mean": result.stats.mean_importance_weight, "grad_norm": result.grad_norm, "lr": lr,
         "executions": batch.num_executions, "executions_skipped": batch.num_skipped,
         "groups": batch.signal.groups, "groups_without_signal": batch.signal.groups_without_signal,
         "signal_token_share": round(batch.signal.token_share, 4),

@@ -1,6 +1,7 @@
 """Exact dedup proof: the gradient of the tree-packed loss equals that of naive per-path training
 (fp32, tiny model), for trees with every branch kind, also when trees are split across
-micro-batches with prefix recomputation. Paths mode against its own naive definition."""
+micro-batches with prefix recomputation; also with each advantage estimator's per-execution
+advantages weighting the tokens. Paths mode against its own naive definition."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from gyrectl.capture.tree import build_tree
 from gyrectl.dedup.exact import exact_dedup
 from gyrectl.dedup.packing import pack
 from gyrectl.dedup.paths import paths_dedup, sample_paths, union_of_paths
-from gyrectl.train.forward import packed_loss
+from gyrectl.train.forward import packed_loss, target_logprobs
+from gyrectl.train.grpo import ADVANTAGE_ESTIMATORS, group_advantages, token_advantages
 from gyrectl.train.packed import packed_tensors
 
 from agent_shapes import all_patterns
@@ -69,6 +71,46 @@ def test_exact_packed_gradient_equals_per_path_gradient(tiny_model, normalisatio
     batches = packed(tiny_model, weighted, budget)[1]
     if split:  # the small budget must really split trees and recompute prefixes
         assert len(batches) > len(EXECUTIONS) and not any(b.over_budget for b in batches)
+
+
+# Two groups of different sizes (3 and 2), so the estimators are not multiples of one another.
+GROUPED = {f"g{i}": all_patterns(f"g{i}", seed=10 + i) for i in range(5)}
+REWARDS = {"g0": 1.0, "g1": 0.25, "g2": 0.0, "g3": 0.5, "g4": 1.0}
+GROUP = {"g0": "t", "g1": "t", "g2": "t", "g3": "u", "g4": "u"}
+
+
+@pytest.mark.parametrize("estimator", ADVANTAGE_ESTIMATORS)
+def test_each_advantage_keeps_the_packed_gradient_equal_to_per_path(tiny_model, estimator):
+    """An advantage is one value per execution: it multiplies every token weight of that execution's
+    tree, shared prefix tokens included (all their paths belong to the same execution), so
+    ``-sum_i w_i A_e(i) log p_i`` over the tree equals the mean over (path, token) pairs of
+    ``-A_e log p`` -- for grpo, dr_grpo and rloo alike."""
+    advantages = group_advantages(rewards=REWARDS, groups=GROUP, estimator=estimator)
+    assert len({round(abs(a), 9) for a in advantages.values()}) >= 3  # different per group and member
+    calls = stored_calls(r for records in GROUPED.values() for r in records)
+    weighted = exact_dedup([build_tree(e, c) for e, c in calls.items()], normalisation="token")
+    budget = max(int(w.depth.max()) + 1 for w in weighted) + 8  # trees split across micro-batches
+
+    def packed_advantage_loss():
+        total = 0.0
+        for micro in pack(weighted, budget=budget):
+            tensors = packed_tensors(micro)
+            targets = torch.nonzero(tensors["loss_weight"] != 0).flatten()
+            advantage = token_advantages(execution_index=tensors["execution_index"], executions=micro.executions,
+                                         advantages=advantages)[targets]
+            total = total - (tensors["loss_weight"][targets] * advantage
+                             * target_logprobs(tiny_model, tensors, targets)).sum()
+        return total
+
+    def naive_advantage_loss():
+        terms = [advantages[e] * path_nll(tiny_model, p, trainable_positions(p, records))
+                 for e, records in GROUPED.items() for p in root_to_leaf_paths(records)]
+        return torch.cat(terms).sum() / sum(len(t) for t in terms)
+
+    (loss_p, grad_p), (loss_n, grad_n) = (gradient(tiny_model, packed_advantage_loss),
+                                          gradient(tiny_model, naive_advantage_loss))
+    assert abs(float(loss_p - loss_n)) <= 1e-5 * abs(float(loss_n))
+    assert relative(grad_p, grad_n) <= 1e-5
 
 
 def test_every_branch_kind_is_in_the_proof_trees():
