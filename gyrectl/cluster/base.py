@@ -80,6 +80,8 @@ class StepStatus:
     step_id: str
     state: StepState
     exit_code: int | None = None
+    ended_at: float | None = None
+    """When the head first saw it ended (wall clock; None: not known, as in the simulator)."""
 
 
 class Cluster(abc.ABC):

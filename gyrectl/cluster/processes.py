@@ -27,6 +27,8 @@ class ProcessSteps:
         of the run finds what this one left (:func:`stop_owned`)."""
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._cancelled: set[str] = set()
+        self._ended_at: dict[str, float] = {}
+        """When each step was first seen ended."""
         self._owner = owner
 
     def start(self, step_id: str, argv: Sequence[str], *, env: Mapping[str, str], log_path: Path | None,
@@ -83,9 +85,10 @@ class ProcessSteps:
         code = proc.poll()
         if code is None:
             return StepStatus(step_id, StepState.RUNNING)
+        ended_at = self._ended_at.setdefault(step_id, time.time())
         if step_id in self._cancelled:
-            return StepStatus(step_id, StepState.CANCELLED, code)
-        return StepStatus(step_id, StepState.SUCCEEDED if code == 0 else StepState.FAILED, code)
+            return StepStatus(step_id, StepState.CANCELLED, code, ended_at)
+        return StepStatus(step_id, StepState.SUCCEEDED if code == 0 else StepState.FAILED, code, ended_at)
 
     def running(self) -> list[str]:
         return [step_id for step_id, proc in self._procs.items() if proc.poll() is None]

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gyrectl.cluster.base import Node, StepState
+from gyrectl.cluster.base import Node, StepState, StepStatus
 from gyrectl.coordinator.observation import MOVING, Observation
 from gyrectl.coordinator.state import CellState, CoordinatorState, Phase
 
@@ -34,6 +34,10 @@ MAX_CELL_FAILURES = 3
 killing its steps is not a fault worth retrying forever)."""
 MAX_TRAIN_ATTEMPTS = 3
 """Runs of one training step before the run fails (each run has a rendezvous port of its own)."""
+MEMBER_SETTLE_S = 5.0
+"""How long the other members of a broken training group get to end on their own before they are
+stopped: a member whose worker was killed takes a moment to exit, while its peers may fail first
+on the broken collective or rendezvous store, and the failure must name the cell it happened on."""
 
 
 @dataclass(frozen=True)
@@ -269,6 +273,8 @@ def watch_training(state: CoordinatorState, seen: Observation) -> list[Recovery]
     running = tuple(status.step_id for status in statuses if not status.state.ended)
     broke = StepState.FAILED, *((StepState.SUCCEEDED, StepState.CANCELLED) if train.group else ())
     if any(status.state in broke for status in statuses):
+        if running and _settling(statuses, seen.at):
+            return []
         if train.attempt + 1 >= MAX_TRAIN_ATTEMPTS:
             return [GiveUp(f"training step {train.index} failed {train.attempt + 1} times; see "
                            f"logs/train-step{train.index}-cell*.log")]
@@ -289,7 +295,13 @@ def watch_trainer(state: CoordinatorState, seen: Observation) -> list[Recovery]:
     if set(trainer.cells) & seen.lost_later:
         return []  # the loss is answered next round, and stops the group
     ended = [(cell, status) for cell, status in zip(trainer.cells, seen.trainer, strict=True) if status.state.ended]
-    if not ended:
+    if not ended or (len(ended) < len(trainer.cells) and _settling(seen.trainer, seen.at)):
         return []
     return [ReleaseTrainer(group=trainer.group, failed=tuple((c, s.step_id, s.exit_code) for c, s in ended),
                            stop=tuple(s.step_id for s in seen.trainer if not s.state.ended))]
+
+
+def _settling(statuses: tuple[StepStatus, ...], now: float) -> bool:
+    """The first member of a group ended less than ``MEMBER_SETTLE_S`` ago (when that is known)."""
+    ends = [status.ended_at for status in statuses if status.ended_at is not None]
+    return bool(ends) and now - min(ends) < MEMBER_SETTLE_S

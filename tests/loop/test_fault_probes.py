@@ -254,11 +254,13 @@ def test_the_run_with_trainer_faults_and_a_killed_head_completes_every_step_once
 
 def test_a_resident_member_that_dies_while_the_group_waits_releases_it(trainer_faults) -> None:
     events = trainer_faults["events"]
-    first_failure = next(e for e in events if isinstance(e, StepFailed))
-    assert (first_failure.cell, first_failure.role, first_failure.exit_code) == (1, "train", KILLED)
     released = next(e for e in events if isinstance(e, TrainerReleased))
+    failures = [(e.cell, e.role, e.exit_code) for e in events if isinstance(e, StepFailed) and e.at <= released.at]
+    # the killed worker's cell, with its exit; a peer that failed on the broken group first exits 1
+    assert [f for f in failures if f[2] == KILLED] == [(1, "train", KILLED)], failures
+    assert all(f[2] in (KILLED, 1) for f in failures), failures
     step1 = next(e for e in events if isinstance(e, TrainStarted) and e.index == 1)
-    assert first_failure.at <= released.at <= step1.at and not step1.reused, "no silent respawn, a new group"
+    assert released.at <= step1.at and not step1.reused, "no silent respawn, a new group"
 
 
 def test_a_member_killed_mid_step_is_named_and_the_step_retried_once(trainer_faults) -> None:

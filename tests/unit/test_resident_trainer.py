@@ -26,7 +26,14 @@ from gyrectl.coordinator.events import (
     to_record,
 )
 from gyrectl.coordinator.observation import Observation
-from gyrectl.coordinator.recovery import EndTraining, LoseCell, ReleaseTrainer, RetryTraining, recover
+from gyrectl.coordinator.recovery import (
+    MEMBER_SETTLE_S,
+    EndTraining,
+    LoseCell,
+    ReleaseTrainer,
+    RetryTraining,
+    recover,
+)
 from gyrectl.coordinator.state import CellState, CellTable, Limits, Phase, TrainerGroup, TrainStep, initial_state
 from gyrectl.launch.steps import step_factory
 from gyrectl.run.rundir import RunDir
@@ -78,6 +85,22 @@ def test_a_waiting_group_whose_member_exits_is_released() -> None:
     assert recover(idle, seen(FAILED, RUNNING)) == [ReleaseTrainer(group="g", failed=((1, "t1", 9),), stop=("t2",))]
     on_a_lost_cell = dataclasses.replace(seen(FAILED, RUNNING), lost_later=frozenset({1}))
     assert recover(idle, on_a_lost_cell) == []  # answered as a loss next round
+
+
+def test_a_broken_group_waits_a_moment_for_its_other_members_so_the_failure_names_the_right_cell() -> None:
+    """Cell 2's worker was killed: its member takes a moment to exit, while cell 1's fails at once
+    on the rendezvous store cell 2 held. The members that end within ``MEMBER_SETTLE_S`` of the
+    first are all reported, each with its exit code (137: the killed worker's)."""
+    first = StepStatus("t1", FAILED, 1, ended_at=100.0)
+    waiting = dataclasses.replace(seen(), trainer=(first, StepStatus("t2", RUNNING)), at=101.0)
+    for state in (training(train=False), training()):
+        assert recover(state, waiting) == []
+    both = dataclasses.replace(waiting, trainer=(first, StepStatus("t2", FAILED, 137, ended_at=101.5)), at=102.0)
+    assert recover(training(train=False), both) == [
+        ReleaseTrainer(group="g", failed=((1, "t1", 1), (2, "t2", 137)), stop=())]
+    assert recover(training(), both)[0].failed == ((1, "t1", 1), (2, "t2", 137))
+    late = dataclasses.replace(waiting, at=100.0 + MEMBER_SETTLE_S + 0.1)  # the other never ended: stopped
+    assert recover(training(train=False), late) == [ReleaseTrainer(group="g", failed=((1, "t1", 1),), stop=("t2",))]
 
 
 def test_a_lost_cell_stops_the_group_it_was_in_even_while_the_cell_serves() -> None:
