@@ -186,9 +186,11 @@ def check_config(config: Config) -> None:
     if training.lr <= 0:
         raise ConfigError("training.lr", f"must be positive, got {training.lr:g}")
     _check_optimizer(config)
+    _check_regularizers(config)
     _at_least("training.micro_batch_tokens", training.micro_batch_tokens, 1)
     if not 0 < training.clip_eps < 1:
         raise ConfigError("training.clip_eps", f"must be in (0, 1), got {training.clip_eps:g}")
+    _check_policy_loss(config)
     if training.max_importance_weight < 1:
         raise ConfigError("training.max_importance_weight",
                           "must be at least 1 (1 = no correction of stale tokens), "
@@ -248,3 +250,46 @@ def _check_optimizer(config: Config) -> None:
     if training.max_grad_norm < 0:
         raise ConfigError("training.max_grad_norm",
                           f"must be at least 0 (0: no clipping), got {training.max_grad_norm:g}")
+
+
+def _check_regularizers(config: Config) -> None:
+    """The entropy bonus and the KL penalty (``gyrectl.train.regularizers``). Whether the KL
+    reference's folder exists is a launch-time check (``gyrectl.launch.preflight``), as model.path's."""
+    training = config.training
+    for name in ("entropy_coef", "kl_coef"):
+        value = getattr(training, name)
+        if value < 0:
+            raise ConfigError(f"training.{name}", (
+                f"must be at least 0 (0: off), got {value:g}: a negative coefficient would reward "
+                + ("lower entropy, i.e. collapse" if name == "entropy_coef" else "moving away from the reference")))
+
+
+def _check_policy_loss(config: Config) -> None:
+    """The clip range, the loss aggregation and the ratio level (``gyrectl.train.grpo``,
+    ``gyrectl.dedup.exact``, ``gyrectl.train.sequence_ratio``)."""
+    training, mode = config.training, config.dedup.mode
+    low, high, dual = training.clip_eps_low, training.clip_eps_high, training.dual_clip
+    if low is not None and not 0 < low < 1:
+        raise ConfigError("training.clip_eps_low", f"must be in (0, 1), got {low:g}: the ratio is clipped at "
+                                                   f"1 - clip_eps_low = {1 - low:g}, which must stay positive")
+    if high is not None and high <= 0:
+        raise ConfigError("training.clip_eps_high", f"must be positive, got {high:g}: the ratio is clipped at "
+                                                    f"1 + clip_eps_high = {1 + high:g}, which must be above 1")
+    if dual is not None and dual <= 1:
+        raise ConfigError("training.dual_clip", f"must be above 1, got {dual:g}: the floor dual_clip x A under a "
+                                                "negative advantage A must lie below the unclipped ratio's 1 x A")
+    constant = training.loss_constant
+    if training.loss_aggregation == "constant" and constant is None:
+        raise ConfigError("training.loss_constant", "must be set with training.loss_aggregation: constant (the "
+                                                    "fixed divisor of each path's token sum, e.g. the most tokens "
+                                                    "a path may hold)")
+    if constant is not None and constant <= 0:
+        raise ConfigError("training.loss_constant", f"must be positive, got {constant:g}")
+    if mode != "exact":
+        for name, value, default in (("loss_aggregation", training.loss_aggregation, "token_mean"),
+                                     ("ratio_level", training.ratio_level, "token")):
+            if value != default:
+                raise ConfigError(f"training.{name}", (
+                    f"{value} needs dedup.mode: exact, not {mode}: paths mode trains the union of its sampled "
+                    "paths with each token once and its own per-execution mean, so it has no per-path loss to "
+                    "aggregate or per-path ratio to clip"))

@@ -10,7 +10,8 @@ stored; the trainer builds the mask the attention kernel wants from the ranges
 A tree larger than the budget is split along branches with prefix recomputation: a piece is a
 contiguous DFS range ending at a leaf, preceded by the ancestors of its first token. Those
 ancestors are recomputed as context with loss weight 0 (the piece that owns them trains them),
-so the loss and its gradient stay exact. A single root-to-leaf path longer than the budget
+so the loss and its gradient stay exact; every path ending in a piece lies whole in it, which a
+per-path loss (GSPO's sequence ratio) relies on. A single root-to-leaf path longer than the budget
 cannot be split this way; it becomes a micro-batch of its own, flagged ``over_budget``.
 """
 
@@ -45,6 +46,11 @@ class PackedMicroBatch:
     """int64 [L] weight version that sampled the token (-1: not sampled / unknown)."""
     execution_index: np.ndarray
     """int64 [L] index into ``executions`` (for per-execution advantages)."""
+    trainable: np.ndarray
+    """bool [L] sampled by some call: counts in its paths' ``|T_p|``, recomputed context included."""
+    path_weight: np.ndarray
+    """float32 [L] ``c_p`` at the last token of each root-to-leaf path (``WeightedTree.path_weight``):
+    every path ending in a micro-batch lies whole in it (its prefix recomputed as context)."""
     executions: tuple[str, ...]
     over_budget: bool
     """A root-to-leaf path longer than the budget forced this micro-batch past it."""
@@ -101,4 +107,6 @@ def _concatenate(pieces: Sequence[WeightedTree], budget: int) -> PackedMicroBatc
         behaviour_logprob=np.concatenate([p.logprob for p in pieces]).astype(np.float32),
         weight_version=np.concatenate([p.weight_version for p in pieces]).astype(np.int64),
         execution_index=np.concatenate([np.full(p.num_tokens, executions.index(p.execution)) for p in pieces]),
+        trainable=np.concatenate([p.trainable for p in pieces]).astype(bool),
+        path_weight=np.concatenate([p.path_weight for p in pieces]).astype(np.float32),
         executions=executions, over_budget=sum(p.num_tokens for p in pieces) > budget)

@@ -197,6 +197,15 @@ def harness_sandbox(config: Config, run: RunDir, launch_dir: Path) -> Sandbox:
 
 
 def _link_initial_weights(run: RunDir, config: Config, launch_dir: Path) -> None:
+    """v0 -> model.path, and (with a KL penalty naming one) the reference model's link: the
+    trainer reads both from the run directory, wherever its processes start."""
     v0 = run.weights_dir(0)
     if not v0.exists():
         os.symlink((launch_dir / config.model.path).resolve(), v0)
+    if config.training.kl_coef > 0 and config.training.kl_reference:
+        target = (launch_dir / config.training.kl_reference).resolve()
+        link = run.reference_dir
+        if link.is_symlink() and link.resolve() != target:  # a resume whose config names another one
+            link.unlink()
+        if not link.is_symlink():
+            os.symlink(target, link)

@@ -3,6 +3,7 @@ created or submitted (``gyrectl config check`` and ``gyrectl launch``), with the
 reads it with later, so that a bad input is refused here rather than after the run started:
 
     model.path                config.json and a tokenizer (tokenizer.json / tokenizer_config.json)
+    training.kl_reference     with training.kl_coef > 0: config.json, and the vocabulary of model.path
     rollout.tasks             every line, by load_tasks (the head's reader)
     eval.tasks                the same, when the run evaluates (eval.tasks set)
     rollout.verifier          loaded by load_verifier in a process of its own: what the module does
@@ -124,15 +125,33 @@ def _check_model(config: Config, launch_dir: Path) -> None:
         _read_json_object(path)
 
 
-def _read_json_object(path: Path) -> None:
+def _check_kl_reference(config: Config, launch_dir: Path) -> None:
+    """The KL penalty's reference model (loaded by every training rank only once a step starts)."""
+    training = config.training
+    if training.kl_coef <= 0 or not training.kl_reference:  # none, or v0 = model.path (checked above)
+        return
+    folder = launch_dir / training.kl_reference
+    if not (folder / "config.json").is_file():
+        raise UserError(f"training.kl_reference: {folder} is not an HF model folder (no config.json); it names the "
+                        "KL penalty's reference model (leave it empty for the run's starting weights, model.path)")
+    vocab = _read_json_object(folder / "config.json", field="training.kl_reference").get("vocab_size")
+    policy = launch_dir / config.model.path / "config.json"
+    policy_vocab = _read_json_object(policy).get("vocab_size") if policy.is_file() else None
+    if isinstance(vocab, int) and isinstance(policy_vocab, int) and vocab != policy_vocab:
+        raise UserError(f"training.kl_reference: {folder} has a vocabulary of {vocab} tokens but model.path's has "
+                        f"{policy_vocab}: the reference must score the policy's token ids (the same tokenizer)")
+
+
+def _read_json_object(path: Path, *, field: str = "model.path") -> dict:
     try:
         value = json.loads(path.read_bytes())
     except OSError as exc:
-        raise UserError(f"model.path: cannot read {path}: {exc.strerror}") from None
+        raise UserError(f"{field}: cannot read {path}: {exc.strerror}") from None
     except ValueError as exc:  # not JSON, or not UTF-8
-        raise UserError(f"model.path: {path} is not JSON ({exc})") from None
+        raise UserError(f"{field}: {path} is not JSON ({exc})") from None
     if not isinstance(value, dict):
-        raise UserError(f"model.path: {path} is not a JSON object")
+        raise UserError(f"{field}: {path} is not a JSON object")
+    return value
 
 
 def _check_tasks(config: Config, launch_dir: Path) -> None:
@@ -162,4 +181,5 @@ def _check_harness(config: Config, launch_dir: Path) -> None:
 
 
 _CHECKS: tuple[Callable[[Config, Path], None], ...] = (
-    _check_settings_here, _check_model, _check_tasks, _check_eval_tasks, _check_verifier, _check_harness)
+    _check_settings_here, _check_model, _check_kl_reference, _check_tasks, _check_eval_tasks, _check_verifier,
+    _check_harness)

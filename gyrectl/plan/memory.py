@@ -7,6 +7,10 @@ Training rank (FSDP2 over the R GPUs of the smallest group that may train: one c
     parameters        4 P / R        float32 master weights, sharded
     gradients         4 P / R        float32, sharded (reduce-scattered in float32)
     optimizer         8 P / R        AdamW's two float32 moments, sharded
+    reference         c P / R        with ``training.kl_coef > 0``: the KL penalty's frozen reference
+                                     model, sharded in the compute dtype (its forward runs before
+                                     the policy's, whose gathered weights and activations it does
+                                     not meet: only its shards add to the peak)
     gathered_weights  c (E + 2 Lp) + 4 Lp
                                      the unsharded root (embedding, head) and two layers (one
                                      prefetched) in the compute dtype, one layer's float32 gradient
@@ -15,6 +19,9 @@ Training rank (FSDP2 over the R GPUs of the smallest group that may train: one c
                                      layer recomputed at a time
     logits            T V (c + 8)    the head's output, its float32 copy and that copy's gradient
                                      (an upper bound: the head runs only at sampled tokens' parents)
+                      T V (c + 12)   with ``training.entropy_coef > 0``: the entropy's own gradient
+                                     before autograd adds it to the logits' (its softmax is made in
+                                     chunks of 2^24 values, :mod:`gyrectl.train.regularizers`)
     attention_mask    T^2            the dense bool tree mask sdpa takes (CPU); 8 (T/128)^2 for
                                      FlexAttention's block mask (GPU)
     runtime           2 GB GPU, 0.5 GB CPU: CUDA context, NCCL buffers, fragmentation (assumed)
@@ -40,8 +47,8 @@ checked against ``gpu-memory-utilization`` (vLLM's default 0.9) x ``cluster.gpu_
 
 Host per node: on GPU nodes the larger of a sleeping engine's weights (``rollout.sleep_level`` 1:
 the node's share, c P / G per GPU) and an offloaded resident trainer (12 P / R per GPU: weights
-and optimizer state); on CPU nodes every role lives in host memory, so a training rank and a
-server add up.
+and optimizer state, and c P / R more for a KL reference model); on CPU nodes every role lives
+in host memory, so a training rank and a server add up.
 """
 
 from __future__ import annotations
@@ -129,12 +136,23 @@ def train_parts(config: Config, shape: ModelShape) -> tuple[dict[str, float], in
     root = shape.params - shape.layers * shape.layer_params
     gpu = config.cluster.gpus_per_node > 0
     mask = 8 * (-(-tokens // FLEX_BLOCK)) ** 2 if gpu else tokens ** 2
+    sharded = {"parameters": 4 * p / ranks, "gradients": 4 * p / ranks, "optimizer": 8 * p / ranks}
+    if config.training.kl_coef > 0:
+        sharded["reference"] = reference_bytes(config, shape) / ranks
+    logits_bytes = c + 8 + (4 if config.training.entropy_coef > 0 else 0)
     return {
-        "parameters": 4 * p / ranks, "gradients": 4 * p / ranks, "optimizer": 8 * p / ranks,
+        **sharded,
         "gathered_weights": c * (root + 2 * shape.layer_params) + 4 * shape.layer_params,
-        "activations": activations, "logits": tokens * shape.vocab * (c + 8), "attention_mask": mask,
+        "activations": activations, "logits": tokens * shape.vocab * logits_bytes, "attention_mask": mask,
         "runtime": GPU_RUNTIME if gpu else CPU_RUNTIME,
     }, ranks
+
+
+def reference_bytes(config: Config, shape: ModelShape) -> float:
+    """The KL penalty's reference model, whole, in the compute dtype (0 without ``kl_coef``); the
+    policy's shape stands for it (it must share the tokenizer; a reference of another size is
+    not planned)."""
+    return DTYPE_BYTES[config.model.dtype] * shape.params if config.training.kl_coef > 0 else 0.0
 
 
 def max_model_len(config: Config, shape: ModelShape) -> int:
@@ -158,7 +176,8 @@ def host_per_node(config: Config, shape: ModelShape, *, train: dict[str, float],
     if gpus == 0:
         return sum(train.values()) + sum(serve.values())
     sleeping_engine = gpus * serve["weights"] if config.rollout.sleep_level == 1 else 0.0
-    offloaded_trainer = gpus * 12 * shape.params / ranks if config.training.resident else 0.0
+    offloaded_trainer = gpus * (12 * shape.params + reference_bytes(config, shape)) / ranks \
+        if config.training.resident else 0.0
     return max(sleeping_engine, offloaded_trainer)
 
 
@@ -182,17 +201,23 @@ def _train_problems(config: Config, plan: MemoryPlan, gpu_bytes: float) -> list[
     total = sum(plan.train.values())
     if total <= gpu_bytes:
         return []
-    sharded = plan.train["parameters"] + plan.train["gradients"] + plan.train["optimizer"]
+    sharded = sum(plan.train.get(part, 0.0) for part in ("parameters", "gradients", "optimizer", "reference"))
     sum_text = " + ".join(f"{name} {gb(v)}" for name, v in plan.train.items())
     need = (f"a training rank needs {gb(total)} GB per GPU ({sum_text}) but cluster.gpu_memory_gb is "
             f"{config.cluster.gpu_memory_gb:g}")
     if sharded > gpu_bytes:
         return [Problem("cells.nodes_per_cell", (
-            f"{need}; its sharded state alone ({gb(sharded)} GB: 16 bytes x {plan.shape.params:,} parameters / "
-            f"{plan.train_ranks} GPUs) does not fit: shard over more GPUs (more nodes per cell)"))]
+            f"{need}; its sharded state alone ({gb(sharded)} GB: {_sharded_bytes(config)} bytes x "
+            f"{plan.shape.params:,} parameters / {plan.train_ranks} GPUs) does not fit: shard over more GPUs "
+            "(more nodes per cell)"))]
     hint = "" if config.training.activation_checkpointing else ", or set training.activation_checkpointing"
     return [Problem("training.micro_batch_tokens", (
         f"{need}; {config.training.micro_batch_tokens} tokens per micro-batch is too many: lower it{hint}"))]
+
+
+def _sharded_bytes(config: Config) -> str:
+    """Bytes per parameter of the sharded state: ``16``, or ``16 + 2`` with a bfloat16 reference."""
+    return f"16 + {DTYPE_BYTES[config.model.dtype]}" if config.training.kl_coef > 0 else "16"
 
 
 def _serve_problems(config: Config, plan: MemoryPlan, gpu_bytes: float) -> list[Problem]:

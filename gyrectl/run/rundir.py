@@ -17,6 +17,7 @@
       batches/step-NNNNNN.json         what training step N consumes: its executions and rewards
       checkpoints/vN/                  policy weights version N (HF folder; v0 = the initial model);
                                        the newest ``training.keep_checkpoints`` stay (gyrectl.launch.retention)
+      checkpoints/reference            link to ``training.kl_reference`` (the KL penalty's frozen model), if set
       checkpoints/optimizer/vN/        the trainer's state after the step that produced vN (a DCP
                                        checkpoint: one shard file per rank, ``.metadata``)
       trainer/request-NNNNNN.json      asks a resident trainer to train step N: ``{"step", "group"}``
@@ -148,6 +149,12 @@ class RunDir:
         with os.scandir(self.checkpoints_dir) as entries:
             names = [entry.name for entry in entries]
         return sorted(int(name[1:]) for name in names if name[:1] == "v" and name[1:].isdecimal())
+
+    @property
+    def reference_dir(self) -> Path:
+        """The KL penalty's reference weights when ``training.kl_reference`` names them: a link
+        made at launch, as v0 is to ``model.path`` (without it the reference is v0)."""
+        return self.checkpoints_dir / "reference"
 
     @property
     def optimizer_dir(self) -> Path:

@@ -1,8 +1,11 @@
 """A run's scalars, as a pure function of what its files hold: the trainer's metrics lines and
 the coordinator's journal.
 
-    train/<key>          per step: reward, loss, KL, clip fraction, dedup ratio, tokens, grad
-                         norm (before clipping), learning rate, step duration (``metrics.jsonl``)
+    train/<key>          per step: reward, loss, KL, clip fraction (and by side: low, high,
+                         dual), dedup ratio, tokens, grad
+                         norm (before clipping), learning rate, step duration, the policy's
+                         entropy, the KL to the reference model (``kl_ref``, with
+                         ``training.kl_coef > 0``) (``metrics.jsonl``)
     time_s/<part>        per step: load, batch, forward_backward, optimizer, save
     memory_gb/<part>     per step: what each part of the step added to a rank's memory
     cells/idle_fraction  per step: the share of cell time between the step before's end and this
@@ -30,7 +33,8 @@ from gyrectl.coordinator.views import moves
 STEP_KEYS = ("reward_mean", "reward_std", "loss", "kl", "clip_fraction", "importance_weight_mean", "grad_norm",
              "dedup_ratio", "executions", "executions_skipped", "naive_tokens", "unique_tokens", "trained_tokens",
              "micro_batches", "duration_s", "peak_memory_gb", "world_size", "groups", "groups_without_signal",
-             "signal_token_share", "lr")
+             "signal_token_share", "lr", "entropy", "kl_ref", "clip_fraction_low", "clip_fraction_high",
+             "dual_clip_fraction")
 BUSY = ("rollout", "training")
 """Timeline labels of a cell doing useful work (:func:`gyrectl.coordinator.timeline.role_segments`)."""
 

@@ -17,11 +17,13 @@ import logging
 from dataclasses import dataclass
 
 from gyrectl.capture.source import load_executions
-from gyrectl.capture.tree import build_tree
+from gyrectl.capture.tree import TokenTree, build_tree
 from gyrectl.config.schema import Config
 from gyrectl.dedup.exact import exact_dedup
 from gyrectl.dedup.packing import PackedMicroBatch, pack
 from gyrectl.dedup.paths import paths_dedup
+from gyrectl.dedup.weighted import WeightedTree
+from gyrectl.errors import UserError
 from gyrectl.run.batch_file import BatchFile
 from gyrectl.run.rundir import RunDir
 from gyrectl.store.damage import log_skipped
@@ -69,10 +71,7 @@ def build_step_batch(*, run: RunDir, config: Config, batch: BatchFile) -> StepBa
     else:
         trained = present
     trees = [build_tree(e.execution, recorded[e.execution]) for e in trained]
-    if config.dedup.mode == "exact":  # token mean over (path, sampled token) pairs: DAPO-style token-level GRPO
-        weighted = exact_dedup(trees, normalisation="token")
-    else:  # a different sample every step, the same on every rank and on a retry
-        weighted = paths_dedup(trees, j_max=config.dedup.j_max, seed=config.run.seed + batch.step)
+    weighted = _weighted_trees(trees, config=config, step=batch.step)
     signal = batch_signal(advantages=advantages, groups=groups,
                           trained_tokens={w.execution: w.num_trained for w in weighted})
     return StepBatch(
@@ -81,6 +80,17 @@ def build_step_batch(*, run: RunDir, config: Config, batch: BatchFile) -> StepBa
         num_executions=len(trained), num_skipped=len(batch.entries) - len(present),
         naive_tokens=sum(t.num_naive_tokens for t in trees), unique_tokens=sum(w.num_tokens for w in weighted),
         trained_tokens=sum(w.num_trained for w in weighted), signal=signal)
+
+
+def _weighted_trees(trees: list[TokenTree], *, config: Config, step: int) -> list[WeightedTree]:
+    training = config.training
+    if config.dedup.mode == "exact":  # training.loss_aggregation over root-to-leaf paths, exactly
+        return exact_dedup(trees, normalisation=training.loss_aggregation, loss_constant=training.loss_constant)
+    if training.loss_aggregation != "token_mean" or training.ratio_level != "token":  # config check says so first
+        raise UserError("dedup.mode: paths trains a union of sampled paths, each token once: it has no per-path "
+                        "loss for training.loss_aggregation or training.ratio_level: sequence (use dedup.mode: exact)")
+    # A different sample every step, the same on every rank and on a retry.
+    return paths_dedup(trees, j_max=config.dedup.j_max, seed=config.run.seed + step)
 
 
 def _recorded_calls(run: RunDir, executions: list[str]) -> dict:

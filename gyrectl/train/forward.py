@@ -23,12 +23,22 @@ def target_logprobs(model: Any, batch: dict[str, torch.Tensor], targets: torch.T
     :func:`gyrectl.train.packed.packed_tensors` of a micro-batch."""
     if targets is None:
         targets = torch.nonzero(batch["loss_weight"] != 0).flatten()
+    return logprobs_of(target_logits(model, batch, targets), batch["input_ids"][targets])
+
+
+def target_logits(model: Any, batch: dict[str, torch.Tensor], targets: torch.Tensor) -> torch.Tensor:
+    """The float32 logits (``[len(targets), V]``) of the distribution each token in ``targets`` was
+    sampled from: the head's output at its parent's row, and only there."""
     assert bool((batch["parent_index"][targets] >= 0).all()), "a root token has nothing to predict it"
     rows = batch["parent_index"][targets]
     out = model(input_ids=batch["input_ids"][None], position_ids=batch["position_ids"][None],
                 attention_mask=tree_mask_for(model, batch["subtree_end"]), logits_to_keep=rows, use_cache=False)
-    logits = out.logits[0].float()
-    return logits.gather(1, batch["input_ids"][targets][:, None])[:, 0] - torch.logsumexp(logits, dim=-1)
+    return out.logits[0].float()
+
+
+def logprobs_of(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """``log softmax(logits)[token]`` of each row, without a full log-softmax array."""
+    return logits.gather(1, tokens[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)
 
 
 def packed_loss(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -19,15 +19,21 @@ Loss. Decoupled PPO clipping (the proximal policy is separate from the behaviour
 
     ratio_i = exp(logp_i - logp_prox_i)                       the clipped trust region
     is_i    = min(exp(logp_prox_i - behaviour_i), max_iw)     truncated importance weight (constant)
-    loss    = -sum_i w_i * is_i * min(ratio_i * A_i, clip(ratio_i, 1-eps, 1+eps) * A_i)
+    f_i     = min(ratio_i * A_i, clip(ratio_i, 1-eps_low, 1+eps_high) * A_i)
+    f_i     = max(f_i, c * A_i)  where A_i < 0, with dual clip c > 1 (else as above)
+    loss    = -sum_i w_i * is_i * f_i
 
 over trained tokens (non-zero ``w_i``, the dedup loss weight, already normalised over the whole
-batch: summed over micro-batches and ranks, this is the step's loss). The trainer takes one
-optimizer step per batch, so the proximal policy *is* the current weights (``logp.detach()``):
-the ratio is 1 in value and ``grad logp`` in gradient, clipping never binds, and the staleness
-of tokens sampled by older weights (recorded by vLLM as ``behaviour``) is corrected by ``is_i``
-alone, truncated so one very unlikely token cannot dominate the step. A token without a
-behaviour logprob (NaN: not recorded) gets ``is_i = 1``.
+batch by ``training.loss_aggregation``: summed over micro-batches and ranks, this is the step's
+loss). ``eps_low`` and ``eps_high`` are ``training.clip_eps`` unless ``clip_eps_low`` /
+``clip_eps_high`` say otherwise (DAPO's clip-higher); ``c`` is ``training.dual_clip`` (Ye et al.
+2020; off by default). The trainer takes one optimizer step per batch, so the proximal policy
+*is* the current weights (``logp.detach()``): the ratio is 1 in value and ``grad logp`` in
+gradient, no clip binds, and the staleness of tokens sampled by older weights (recorded by vLLM as
+``behaviour``) is corrected by ``is_i`` alone, truncated so one very unlikely token cannot
+dominate the step. A token without a behaviour logprob (NaN: not recorded) gets ``is_i = 1``.
+``training.ratio_level: sequence`` (GSPO) clips one ratio per root-to-leaf path instead:
+:mod:`gyrectl.train.sequence_ratio`, which shares :func:`clipped_surrogate` with this loss.
 
 Statistics are returned as sums (:class:`LossStats`) so they add over micro-batches and ranks.
 """
@@ -35,7 +41,8 @@ Statistics are returned as sums (:class:`LossStats`) so they add over micro-batc
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 import torch
@@ -79,26 +86,102 @@ def token_advantages(*, execution_index: torch.Tensor, executions: Sequence[str]
 
 
 @dataclass(frozen=True)
+class ClipRange:
+    """Where the surrogate stops rewarding a ratio's move: ``[1 - low, 1 + high]``, and with
+    ``dual`` (> 1) the floor ``dual x A`` under a negative advantage."""
+
+    low: float
+    high: float
+    dual: float | None = None
+
+    @classmethod
+    def of(cls, training: Any) -> ClipRange:
+        """From ``training.clip_eps`` / ``clip_eps_low`` / ``clip_eps_high`` / ``dual_clip``."""
+        low = training.clip_eps if training.clip_eps_low is None else training.clip_eps_low
+        high = training.clip_eps if training.clip_eps_high is None else training.clip_eps_high
+        return cls(low=low, high=high, dual=training.dual_clip)
+
+
+@dataclass(frozen=True)
+class Surrogate:
+    value: torch.Tensor
+    """``f`` of the module docstring, differentiable through the ratio where no clip binds."""
+    clipped_low: torch.Tensor
+    """bool: ``A < 0`` and ``ratio < 1 - low``: the clipped term was the smaller (no gradient)."""
+    clipped_high: torch.Tensor
+    """bool: ``A > 0`` and ``ratio > 1 + high``: likewise."""
+    dual_clipped: torch.Tensor
+    """bool: ``A < 0`` and the floor ``dual x A`` was the larger (no gradient)."""
+
+    @property
+    def no_gradient(self) -> torch.Tensor:
+        return self.clipped_low | self.clipped_high | self.dual_clipped
+
+
+def clipped_surrogate(ratio: torch.Tensor, advantage: torch.Tensor, clip: ClipRange) -> Surrogate:
+    """PPO's pessimistic surrogate with (asymmetric) clipping and the optional dual clip."""
+    unclipped = ratio * advantage
+    clipped = torch.clamp(ratio, 1.0 - clip.low, 1.0 + clip.high) * advantage
+    value = torch.minimum(unclipped, clipped)
+    bound = clipped < unclipped  # for A < 0 that is ratio < 1 - low, for A > 0 ratio > 1 + high
+    negative = advantage < 0
+    dual = torch.zeros_like(bound)
+    if clip.dual is not None:
+        floor = clip.dual * advantage
+        dual = negative & (floor > value)
+        value = torch.where(dual, floor, value)
+    return Surrogate(value=value, clipped_low=bound & negative, clipped_high=bound & (advantage > 0),
+                     dual_clipped=dual)
+
+
+@dataclass(frozen=True)
 class LossStats:
-    """Sums over trained tokens; add them up over micro-batches and ranks, then read the means."""
+    """Sums over trained tokens; add them up over micro-batches and ranks, then read the means.
+    Fields are appended, never reordered: the step sums ``as_tuple()`` over ranks and rebuilds."""
 
     num_tokens: float = 0.0
     num_clipped: float = 0.0
-    """Tokens whose clipped surrogate was the smaller one (no gradient through them)."""
+    """Clip units (tokens, or paths at the sequence level) whose clipped surrogate was the smaller
+    one (no gradient through them): ``num_clipped_low + num_clipped_high``."""
     importance_weight_sum: float = 0.0
     kl_sum: float = 0.0
     """k3 estimate of KL(behaviour || current) summed over tokens with a behaviour logprob."""
     num_kl_tokens: float = 0.0
+    num_clipped_low: float = 0.0
+    """Clipped at ``1 - eps_low`` under a negative advantage."""
+    num_clipped_high: float = 0.0
+    """Clipped at ``1 + eps_high`` under a positive advantage."""
+    num_dual_clipped: float = 0.0
+    """Held at the dual-clip floor ``c x A``."""
+    num_sequences: float = 0.0
+    """Paths whose sequence ratio was clipped or not (``ratio_level: sequence``); 0 at the token
+    level. When non-zero the clip fractions count paths, not tokens (GSPO clips whole paths)."""
 
     def __add__(self, other: LossStats) -> LossStats:
         return LossStats(*(a + b for a, b in zip(self.as_tuple(), other.as_tuple(), strict=True)))
 
     def as_tuple(self) -> tuple[float, ...]:
-        return (self.num_tokens, self.num_clipped, self.importance_weight_sum, self.kl_sum, self.num_kl_tokens)
+        return tuple(getattr(self, f.name) for f in fields(self))
+
+    def _per_clip_unit(self, count: float) -> float:
+        units = self.num_sequences or self.num_tokens
+        return count / units if units else 0.0
 
     @property
     def clip_fraction(self) -> float:
-        return self.num_clipped / self.num_tokens if self.num_tokens else 0.0
+        return self._per_clip_unit(self.num_clipped)
+
+    @property
+    def clip_fraction_low(self) -> float:
+        return self._per_clip_unit(self.num_clipped_low)
+
+    @property
+    def clip_fraction_high(self) -> float:
+        return self._per_clip_unit(self.num_clipped_high)
+
+    @property
+    def dual_clip_fraction(self) -> float:
+        return self._per_clip_unit(self.num_dual_clipped)
 
     @property
     def mean_importance_weight(self) -> float:
@@ -108,6 +191,13 @@ class LossStats:
     def kl(self) -> float:
         return self.kl_sum / self.num_kl_tokens if self.num_kl_tokens else 0.0
 
+    def metrics(self) -> dict[str, float]:
+        """The ``metrics.jsonl`` keys these statistics give (``kl``, ``clip_fraction`` and
+        ``importance_weight_mean`` as before; the clip fractions by side added)."""
+        return {"kl": self.kl, "clip_fraction": self.clip_fraction, "clip_fraction_low": self.clip_fraction_low,
+                "clip_fraction_high": self.clip_fraction_high, "dual_clip_fraction": self.dual_clip_fraction,
+                "importance_weight_mean": self.mean_importance_weight}
+
 
 @dataclass(frozen=True)
 class PolicyLoss:
@@ -116,31 +206,45 @@ class PolicyLoss:
     stats: LossStats
 
 
-def policy_loss(*, logprob: torch.Tensor, behaviour_logprob: torch.Tensor, advantage: torch.Tensor,
-                loss_weight: torch.Tensor, clip_eps: float, max_importance_weight: float,
-                proximal_logprob: torch.Tensor | None = None) -> PolicyLoss:
-    """The loss of the module docstring over trained tokens (all arguments aligned, 1-D).
-
-    ``proximal_logprob`` defaults to ``logprob.detach()`` (one optimizer step per batch); pass
-    it to reuse the loss for several steps over one batch."""
-    logprob = logprob.float()
-    proximal = logprob.detach() if proximal_logprob is None else proximal_logprob.float()
-    behaviour = behaviour_logprob.float()
+def truncated_importance(proximal: torch.Tensor, behaviour: torch.Tensor, cap: float) -> torch.Tensor:
+    """``is_i`` of the module docstring (constant): 1 where the behaviour logprob is unknown."""
     known = ~torch.isnan(behaviour)
     # torch.where, not masking after the exp: exp(NaN) would poison the gradient-free path anyway.
     log_is = torch.where(known, proximal - behaviour, torch.zeros_like(proximal))
-    importance = torch.clamp(torch.exp(log_is), max=max_importance_weight).detach()
+    return torch.clamp(torch.exp(log_is), max=cap).detach()
 
-    ratio = torch.exp(logprob - proximal)
-    unclipped = ratio * advantage
-    clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantage
-    surrogate = torch.minimum(unclipped, clipped)
-    loss = -(loss_weight.float() * importance * surrogate).sum()
 
-    with torch.no_grad():
-        log_ratio = torch.where(known, logprob - behaviour, torch.zeros_like(logprob))
-        k3 = torch.exp(log_ratio) - 1.0 - log_ratio  # KL(behaviour || current), sampled from behaviour
-        stats = LossStats(num_tokens=float(len(logprob)), num_clipped=float((clipped < unclipped).sum()),
-                          importance_weight_sum=float(importance.sum()), kl_sum=float(k3[known].sum()),
-                          num_kl_tokens=float(known.sum()))
+@torch.no_grad()
+def token_stats(*, logprob: torch.Tensor, behaviour: torch.Tensor, importance: torch.Tensor) -> LossStats:
+    """Token counts, importance weights and the k3 KL(behaviour || current) over the given tokens."""
+    known = ~torch.isnan(behaviour)
+    log_ratio = torch.where(known, logprob - behaviour, torch.zeros_like(logprob))
+    k3 = torch.exp(log_ratio) - 1.0 - log_ratio  # KL(behaviour || current), sampled from behaviour
+    return LossStats(num_tokens=float(len(logprob)), importance_weight_sum=float(importance.sum()),
+                     kl_sum=float(k3[known].sum()), num_kl_tokens=float(known.sum()))
+
+
+@torch.no_grad()
+def clip_stats(surrogate: Surrogate) -> LossStats:
+    low, high = float(surrogate.clipped_low.sum()), float(surrogate.clipped_high.sum())
+    return LossStats(num_clipped=low + high, num_clipped_low=low, num_clipped_high=high,
+                     num_dual_clipped=float(surrogate.dual_clipped.sum()))
+
+
+def policy_loss(*, logprob: torch.Tensor, behaviour_logprob: torch.Tensor, advantage: torch.Tensor,
+                loss_weight: torch.Tensor, clip_eps: float, max_importance_weight: float,
+                proximal_logprob: torch.Tensor | None = None, clip: ClipRange | None = None) -> PolicyLoss:
+    """The loss of the module docstring over trained tokens (all arguments aligned, 1-D).
+
+    ``clip`` defaults to the symmetric ``[1 - clip_eps, 1 + clip_eps]`` without dual clip (given,
+    it wins over ``clip_eps``). ``proximal_logprob`` defaults to ``logprob.detach()`` (one
+    optimizer step per batch); pass it to reuse the loss for several steps over one batch."""
+    clip = ClipRange(low=clip_eps, high=clip_eps) if clip is None else clip
+    logprob = logprob.float()
+    proximal = logprob.detach() if proximal_logprob is None else proximal_logprob.float()
+    behaviour = behaviour_logprob.float()
+    importance = truncated_importance(proximal, behaviour, max_importance_weight)
+    surrogate = clipped_surrogate(torch.exp(logprob - proximal), advantage, clip)
+    loss = -(loss_weight.float() * importance * surrogate.value).sum()
+    stats = token_stats(logprob=logprob, behaviour=behaviour, importance=importance) + clip_stats(surrogate)
     return PolicyLoss(loss=loss, stats=stats)

@@ -4,7 +4,8 @@ Between steps the GPU memory of a resident trainer's cell holds nothing it needs
 moves the model's parameters (FSDP2 shards) and AdamW's state to host memory, :func:`onload`
 brings them back before the next step. On CPU both do nothing (the state is in host memory
 already); the GPU path is checked by ``tests/train/test_offload.py`` on a GPU machine and
-measured by ``benchmarks/gpu/offload.py`` (docs/performance.md).
+measured by ``benchmarks/gpu/offload.py`` (docs/performance.md). The KL penalty's frozen
+reference model (:mod:`gyrectl.train.reference`) moves the same way, without optimizer state.
 
 What the GPU path does: the parameters move with ``nn.Module.to`` (FSDP2's ``_apply`` re-registers
 its sharded parameters, and DTensor parameters are swapped in place, so the optimizer's keys stay
@@ -29,22 +30,26 @@ placements, global shape and stride). The shard is kept as a plain tensor meanwh
 memory on a CUDA mesh (seen on an H200: the state stayed on the GPU)."""
 
 
-def offload(model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, device: torch.device) -> None:
-    """Parameters and optimizer state to host memory (AdamW's state pinned); nothing on CPU."""
+def offload(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, *, device: torch.device) -> None:
+    """Parameters and optimizer state to host memory (AdamW's state pinned); nothing on CPU.
+    ``optimizer`` None: a model without one (the frozen reference of the KL penalty)."""
     if device.type == "cpu":
         return
     model.to("cpu")
-    stash_state(optimizer, lambda t: torch.empty_like(t, device="cpu", pin_memory=True).copy_(t, non_blocking=True))
+    if optimizer is not None:
+        stash_state(optimizer,
+                    lambda t: torch.empty_like(t, device="cpu", pin_memory=True).copy_(t, non_blocking=True))
     torch.cuda.synchronize(device)
     torch.cuda.empty_cache()
 
 
-def onload(model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, device: torch.device) -> None:
+def onload(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, *, device: torch.device) -> None:
     """The inverse of :func:`offload`: back onto ``device`` before the next step."""
     if device.type == "cpu":
         return
     model.to(device)
-    restore_state(optimizer, lambda t: t.to(device, non_blocking=True))
+    if optimizer is not None:
+        restore_state(optimizer, lambda t: t.to(device, non_blocking=True))
     torch.cuda.synchronize(device)
 
 

@@ -12,7 +12,7 @@ import torch
 from gyrectl.dedup.packing import PackedMicroBatch
 
 TENSOR_FIELDS = ("input_ids", "position_ids", "parent_index", "subtree_end", "loss_weight",
-                 "behaviour_logprob", "weight_version", "execution_index")
+                 "behaviour_logprob", "weight_version", "execution_index", "trainable", "path_weight")
 """The per-token arrays of a micro-batch, each one tensor of the same name."""
 
 

@@ -15,6 +15,8 @@ the layout of the folder (one file, or sharded files with an index). Attention: 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import HuggingFaceStorageReader
@@ -29,12 +31,17 @@ from gyrectl.train.distributed import World, shard_model
 def empty_policy(*, run: RunDir, version: int, device: torch.device) -> torch.nn.Module:
     """The model of weights v``version`` on the meta device: its code and config, no weights
     (apart so that what loading the weights costs can be measured without the imports)."""
+    require_policy(run=run, version=version)
+    return empty_model(run.weights_dir(version), device=device)
+
+
+def empty_model(folder: Path, *, device: torch.device, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
+    """The model of the HF folder ``folder`` on the meta device, its parameters typed ``dtype``."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    require_policy(run=run, version=version)
     with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(run.weights_dir(version)),
-                                                dtype=torch.float32, attn_implementation=attention_for(device))
+        return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder), dtype=dtype,
+                                                attn_implementation=attention_for(device))
 
 
 def attention_for(device: torch.device) -> str:
@@ -53,6 +60,14 @@ def load_policy(model: torch.nn.Module, *, run: RunDir, version: int, world: Wor
     if activation_checkpointing:  # before sharding: FSDP2's hooks then gather again for the recompute
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model = shard_model(model, world=world, compute_dtype=compute_dtype)
+    read_sharded_weights(model, folder=folder, world=world, what=f"weights version {version}")
+    return model.train()
+
+
+def read_sharded_weights(model: torch.nn.Module, *, folder: Path, world: World, what: str) -> None:
+    """Collective: allocates the sharded ``model``'s shards on this rank and reads them from the
+    ``*.safetensors`` files of ``folder`` (cast into the parameters' dtype); ``what`` names the
+    folder in the error when tensors are missing."""
     model.to_empty(device=world.device)
     aliases = tied_aliases(model)  # a tied head is read once, as the embedding
     state = {name: tensor for name, tensor in get_model_state_dict(model).items() if name not in aliases}
@@ -61,12 +76,11 @@ def load_policy(model: torch.nn.Module, *, run: RunDir, version: int, world: Wor
     if missing:
         raise UserError(f"{folder}: the safetensors files lack {len(missing)} of the model's tensors "
                         f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}); "
-                        f"weights version {version} is incomplete")
+                        f"{what} is incomplete")
     dcp.load(state, storage_reader=reader)  # in place: the state dict's tensors are the parameters' shards
     for module in model.modules():
         if module._non_persistent_buffers_set:  # not in any checkpoint: computed from the config
             model._init_weights(module)
-    return model.train()
 
 
 def tied_aliases(model: torch.nn.Module) -> set[str]:

@@ -25,7 +25,9 @@ Why the result equals a fresh process's: the state in memory after step N is exa
 committed -- the float32 parameters are the folder's weights (model.dtype float32) or the DCP
 master weights (otherwise), and AdamW's state is what the DCP folder holds -- and a fresh step
 restores exactly that. The config is read again for every step (its lr wins, as on disk); a
-changed ``model.dtype`` makes the step load from disk instead.
+changed ``model.dtype``, or a KL reference model the config now asks for differently
+(``training.kl_coef``, ``training.kl_reference``), makes the step load from disk instead. The
+reference, frozen, is the same weights in memory as on disk: it travels with the policy.
 
 Why polling and not a collective: an idle group blocked in a collective would hit the process
 group's timeout. Each rank polls the run directory on its own (every ``POLL_S``); once each has
@@ -46,6 +48,7 @@ from gyrectl.run.rundir import RunDir
 from gyrectl.train.checkpoint import DTYPES
 from gyrectl.train.distributed import World, close_world, init_world, max_over_ranks
 from gyrectl.train.offload import offload, onload
+from gyrectl.train.reference import reference_folder
 from gyrectl.train.step import Timer, Trainer, check_step, prepare_trainer, train_step
 
 POLL_S = 0.2
@@ -67,7 +70,7 @@ def serve(*, run: RunDir, step: int, group: str, poll_s: float = POLL_S) -> None
         while True:
             config = check_step(run=run, step=step)
             if config is not None:  # else committed already: nothing to train, the state stays as is
-                if trainer is not None and not _holds(trainer, step=step, config=config):
+                if trainer is not None and not _holds(trainer, run=run, step=step, config=config):
                     trainer = None  # freed before another one is loaded
                 trainer = _train(run=run, step=step, config=config, world=world, trainer=trainer)
             verdict = wait_for_request(run=run, index=step + 1, group=group, world=world, poll_s=poll_s)
@@ -81,9 +84,12 @@ def serve(*, run: RunDir, step: int, group: str, poll_s: float = POLL_S) -> None
         close_world()
 
 
-def _holds(trainer: Trainer, *, step: int, config: Config) -> bool:
-    """The state in memory is where step ``step`` starts: v``step``, in the config's dtype."""
-    return trainer.version == step and trainer.dtype == DTYPES[config.model.dtype]
+def _holds(trainer: Trainer, *, run: RunDir, step: int, config: Config) -> bool:
+    """The state in memory is where step ``step`` starts: v``step``, in the config's dtype, with the
+    reference model the config asks for (or none)."""
+    held = trainer.reference.folder if trainer.reference is not None else None
+    return (trainer.version == step and trainer.dtype == DTYPES[config.model.dtype]
+            and held == reference_folder(run, config.training))
 
 
 def _train(*, run: RunDir, step: int, config: Config, world: World, trainer: Trainer | None) -> Trainer:
@@ -94,11 +100,15 @@ def _train(*, run: RunDir, step: int, config: Config, world: World, trainer: Tra
         if trainer is not None:
             origin = "reused"
             onload(trainer.model, trainer.optimizer, device=world.device)
+            if trainer.reference is not None:
+                onload(trainer.reference.model, None, device=world.device)
         else:
             origin = "started"
             trainer = prepare_trainer(run=run, step=step, config=config, world=world, memory=timer.memory)
     train_step(trainer, run=run, step=step, config=config, timer=timer, origin=origin)
     offload(trainer.model, trainer.optimizer, device=world.device)
+    if trainer.reference is not None:
+        offload(trainer.reference.model, None, device=world.device)
     return trainer
 
 

@@ -6,9 +6,11 @@
     2. prepare the trainer: vN as sharded float32 master weights (FSDP2; each rank reads its
        own slices of the folder), AdamW with the state step N-1 left -- or, in a resident
        trainer that just trained step N-1, take the model and AdamW it holds in memory (see
-       :mod:`gyrectl.train.resident`)
+       :mod:`gyrectl.train.resident`); with ``training.kl_coef > 0`` also the frozen reference
+       model, sharded the same way (:mod:`gyrectl.train.reference`)
     3. build the batch: batch file -> calls -> trees -> dedup -> packed micro-batches, advantages
-    4. forward/backward over this rank's micro-batches (round-robin), GRPO loss
+    4. forward/backward over this rank's micro-batches (round-robin), GRPO loss, minus the entropy
+       bonus, plus the KL penalty to the reference (:mod:`gyrectl.train.regularizers`)
     5. one AdamW step (gradients summed over ranks by FSDP2's reduce-scatter) at step N's learning
        rate, the gradient clipped to ``training.max_grad_norm`` first (:mod:`gyrectl.train.optim`)
     6. save the optimizer state (each rank its shards), then v(N+1) (each rank its files; the
@@ -45,13 +47,16 @@ from gyrectl.store.jsonl import JsonlAppender, read_records
 from gyrectl.train import checkpoint
 from gyrectl.train.batch import StepBatch, build_step_batch
 from gyrectl.train.distributed import World, barrier, close_world, init_world, max_over_ranks, sum_over_ranks
-from gyrectl.train.forward import target_logprobs
-from gyrectl.train.grpo import LossStats, PolicyLoss, policy_loss, token_advantages
+from gyrectl.train.forward import logprobs_of, target_logits
+from gyrectl.train.grpo import LossStats, token_advantages
+from gyrectl.train.loss_shape import micro_batch_policy_loss, scored_targets
 from gyrectl.train.memory import GB, MemoryMeter
 from gyrectl.train.optim import clip_coefficient, new_optimizer, scale_gradients, set_step_hyperparameters
 from gyrectl.train.packed import packed_tensors
 from gyrectl.train.policy_export import export_policy
 from gyrectl.train.policy_load import empty_policy, load_policy
+from gyrectl.train.reference import Reference, load_reference, reference_folder, reference_logprobs
+from gyrectl.train.regularizers import RegularizerStats, regularization
 
 
 @dataclass
@@ -76,6 +81,15 @@ class StepResult:
     stats: LossStats
     grad_norm: float
     """L2 norm of the step's whole gradient, before any clipping."""
+    regularizers: RegularizerStats = RegularizerStats()
+
+
+@dataclass(frozen=True)
+class MicroBatchLoss:
+    loss: torch.Tensor
+    """Scalar, differentiable: this micro-batch's share of the step loss, regularisers included."""
+    stats: LossStats
+    regularizers: RegularizerStats
 
 
 @dataclass
@@ -90,6 +104,8 @@ class Trainer:
     """The dtype of the weights folders and of forward/backward (``model.dtype``)."""
     loaded: bool = False
     """AdamW goes on from an earlier step's state (read from disk, or kept in memory)."""
+    reference: Reference | None = None
+    """The KL penalty's frozen model (``training.kl_coef > 0``), kept as long as the trainer."""
 
     @property
     def keep_master(self) -> bool:
@@ -129,7 +145,8 @@ def check_step(*, run: RunDir, step: int) -> Config | None:
 
 def prepare_trainer(*, run: RunDir, step: int, config: Config, world: World, memory: MemoryMeter) -> Trainer:
     """Collective: weights v``step`` from its folder, each rank reading its shards, and AdamW with
-    the state the step before left (a fresh one, with a warning, if there is none for v``step``)."""
+    the state the step before left (a fresh one, with a warning, if there is none for v``step``);
+    with ``training.kl_coef > 0`` the frozen reference model too (:func:`reference_folder`)."""
     dtype = checkpoint.DTYPES[config.model.dtype]
     model = empty_policy(run=run, version=step, device=world.device)
     with memory("load_weights"):
@@ -142,7 +159,12 @@ def prepare_trainer(*, run: RunDir, step: int, config: Config, world: World, mem
     if not loaded and step > 0 and world.is_main:
         print(f"warning: no optimizer state for v{step} in {run.optimizer_dir}; AdamW starts fresh",
               file=sys.stderr)
-    return Trainer(world=world, model=model, optimizer=optimizer, version=step, dtype=dtype, loaded=loaded)
+    reference = None
+    if (folder := reference_folder(run, config.training)) is not None:
+        with memory("load_reference"):
+            reference = load_reference(folder, world=world, compute_dtype=dtype)
+    return Trainer(world=world, model=model, optimizer=optimizer, version=step, dtype=dtype, loaded=loaded,
+                   reference=reference)
 
 
 def train_step(trainer: Trainer, *, run: RunDir, step: int, config: Config, timer: Timer,
@@ -157,7 +179,8 @@ def train_step(trainer: Trainer, *, run: RunDir, step: int, config: Config, time
     with timer("batch"), memory("batch"):  # 3.
         batch = build_step_batch(run=run, config=config, batch=read_batch_file(run=run, step=step))
     with timer("forward_backward"), memory("forward_backward"):  # 4.
-        result = forward_backward(model=model, batch=batch, world=world, training=config.training)
+        result = forward_backward(model=model, batch=batch, world=world, training=config.training,
+                                  reference=trainer.reference)
     with timer("optimizer"), memory("optimizer"):  # 5.
         scale_gradients(model, clip_coefficient(result.grad_norm, config.training.max_grad_norm))
         optimizer.step()
@@ -187,36 +210,48 @@ def train_step(trainer: Trainer, *, run: RunDir, step: int, config: Config, time
     return metrics if world.is_main else None
 
 
-def forward_backward(*, model: torch.nn.Module, batch: StepBatch, world: World,
-                     training: TrainingConfig) -> StepResult:
+def forward_backward(*, model: torch.nn.Module, batch: StepBatch, world: World, training: TrainingConfig,
+                     reference: Reference | None = None) -> StepResult:
     """Accumulates this rank's gradients; returns the step's loss and statistics over all ranks."""
     mine = batch.micro_batches[world.rank::world.world_size]
     rounds = math.ceil(len(batch.micro_batches) / world.world_size)
-    loss_sum, stats = 0.0, LossStats()
+    loss_sum, stats, regularizers = 0.0, LossStats(), RegularizerStats()
     for k in range(rounds):
         real = k < len(mine)
         micro = mine[k] if real else batch.micro_batches[0]  # a zero-weight pass keeps collectives paired
         out = micro_batch_loss(model=model, micro=micro, advantages=batch.advantages, training=training,
-                               device=world.device)
+                               device=world.device, reference=reference)
         (out.loss if real else out.loss * 0.0).backward()
         if real:
             loss_sum += float(out.loss.detach())
-            stats = stats + out.stats
-    totals = sum_over_ranks([loss_sum, *stats.as_tuple()], world=world)
-    return StepResult(loss=totals[0], stats=LossStats(*totals[1:]), grad_norm=_grad_norm(model, world=world))
+            stats, regularizers = stats + out.stats, regularizers + out.regularizers
+    n = len(stats.as_tuple())
+    totals = sum_over_ranks([loss_sum, *stats.as_tuple(), *regularizers.as_tuple()], world=world)
+    return StepResult(loss=totals[0], stats=LossStats(*totals[1:1 + n]), grad_norm=_grad_norm(model, world=world),
+                      regularizers=RegularizerStats(*totals[1 + n:]))
 
 
 def micro_batch_loss(*, model: torch.nn.Module, micro: PackedMicroBatch, advantages: dict[str, float],
-                     training: TrainingConfig, device: torch.device) -> PolicyLoss:
-    """The GRPO loss of one packed micro-batch (its share of the step's loss)."""
+                     training: TrainingConfig, device: torch.device,
+                     reference: Reference | None = None) -> MicroBatchLoss:
+    """The GRPO loss of one packed micro-batch (its share of the step's loss), with the
+    regularisers' terms (the entropy is measured whatever ``training.entropy_coef`` says)."""
     tensors = packed_tensors(micro, device)
-    targets = torch.nonzero(tensors["loss_weight"] != 0).flatten()
+    targets = scored_targets(tensors, ratio_level=training.ratio_level)
+    # The reference first: its gathered weights and logits are freed before the policy's are made.
+    ref_logprob = None if reference is None else reference_logprobs(reference, tensors, targets)
     advantage = token_advantages(execution_index=tensors["execution_index"], executions=micro.executions,
                                  advantages=advantages)
-    return policy_loss(logprob=target_logprobs(model, tensors, targets),
-                       behaviour_logprob=tensors["behaviour_logprob"][targets], advantage=advantage[targets],
-                       loss_weight=tensors["loss_weight"][targets], clip_eps=training.clip_eps,
-                       max_importance_weight=training.max_importance_weight)
+    logits = target_logits(model, tensors, targets)
+    logprob = logprobs_of(logits, tensors["input_ids"][targets])
+    loss_weight = tensors["loss_weight"][targets]
+    policy = micro_batch_policy_loss(logprob=logprob, tensors=tensors, targets=targets, advantage=advantage,
+                                     training=training)
+    extra = regularization(logits=logits, logprob=logprob, ref_logprob=ref_logprob, loss_weight=loss_weight,
+                           entropy_coef=training.entropy_coef, kl_coef=training.kl_coef,
+                           kl_estimator=training.kl_estimator)
+    loss = policy.loss if extra.loss is None else policy.loss + extra.loss
+    return MicroBatchLoss(loss=loss, stats=policy.stats, regularizers=extra.stats)
 
 
 def _grad_norm(model: torch.nn.Module, *, world: World) -> float:
@@ -248,8 +283,8 @@ def _metrics(*, step: int, batch: StepBatch, result: StepResult, lr: float, worl
         "step": step, "weight_version": step + 1, "loss": result.loss,
         "reward_mean": float(rewards.mean()) if len(rewards) else 0.0,
         "reward_std": float(rewards.std()) if len(rewards) else 0.0,
-        "kl": result.stats.kl, "clip_fraction": result.stats.clip_fraction,
-        "importance_weight_mean": result.stats.mean_importance_weight, "grad_norm": result.grad_norm, "lr": lr,
+        **result.stats.metrics(), "grad_norm": result.grad_norm, "lr": lr,
+        "entropy": result.regularizers.entropy, "kl_ref": result.regularizers.kl_ref,
         "executions": batch.num_executions, "executions_skipped": batch.num_skipped,
         "groups": batch.signal.groups, "groups_without_signal": batch.signal.groups_without_signal,
         "signal_token_share": round(batch.signal.token_share, 4),

@@ -1,9 +1,12 @@
 """Exact dedup proof: the gradient of the tree-packed loss equals that of naive per-path training
 (fp32, tiny model), for trees with every branch kind, also when trees are split across
 micro-batches with prefix recomputation; also with each advantage estimator's per-execution
-advantages weighting the tokens. Paths mode against its own naive definition."""
+advantages weighting the tokens, with each loss aggregation, and with GSPO's sequence ratio. Paths
+mode against its own naive definition."""
 
 from __future__ import annotations
+
+import copy
 
 import numpy as np
 import pytest
@@ -11,15 +14,18 @@ import torch
 
 from gyrectl.capture.stored import stored_calls
 from gyrectl.capture.tree import build_tree
+from gyrectl.config.schema import TrainingConfig
 from gyrectl.dedup.exact import exact_dedup
 from gyrectl.dedup.packing import pack
 from gyrectl.dedup.paths import paths_dedup, sample_paths, union_of_paths
 from gyrectl.train.forward import packed_loss, target_logprobs
 from gyrectl.train.grpo import ADVANTAGE_ESTIMATORS, group_advantages, token_advantages
+from gyrectl.train.loss_shape import micro_batch_policy_loss, scored_targets
 from gyrectl.train.packed import packed_tensors
 
 from agent_shapes import all_patterns
 from naive_paths import path_nll, root_to_leaf_paths, trainable_positions
+from reference_losses import Clip, Sequence, aggregate, clip_counts, reference_loss
 
 EXECUTIONS = {f"e{i}": all_patterns(f"e{i}", seed=i) for i in range(2)}
 
@@ -155,3 +161,97 @@ def test_paths_mode_gradient_equals_its_naive_definition(tiny_model):
                                           gradient(tiny_model, naive))
     assert abs(float(loss_p - loss_n)) <= 1e-5 * abs(float(loss_n))
     assert relative(grad_p, grad_n) <= 1e-5
+
+
+# Issue 27's loss shapes with the real model: each loss aggregation, and GSPO's sequence ratio
+# against a proximal policy that differs from the current one (a perturbed copy of the model).
+SIGNED = {"e0": 1.0, "e1": -0.5}
+
+
+def split_budget(weighted) -> int:
+    return max(int(w.depth.max()) + 1 for w in weighted) + 8
+
+
+@pytest.mark.parametrize("mode", ["seq_mean_token_mean", "seq_mean_token_sum", "constant"])
+def test_each_loss_aggregation_keeps_the_packed_gradient_equal_to_per_path(tiny_model, mode):
+    """A shared prefix token lies on paths of different lengths: its weight is the sum over them of
+    each path's per-token weight (``1 / (|T_p| P)``, ``1 / P``, ``1 / (C P)``)."""
+    weighted = exact_dedup(trees(), normalisation=mode, loss_constant=24.0)
+
+    def packed_aggregated_loss():
+        total = 0.0
+        for micro in pack(weighted, budget=split_budget(weighted)):
+            tensors = packed_tensors(micro)
+            targets = torch.nonzero(tensors["loss_weight"] != 0).flatten()
+            advantage = token_advantages(execution_index=tensors["execution_index"], executions=micro.executions,
+                                         advantages=SIGNED)[targets]
+            total = total - (tensors["loss_weight"][targets] * advantage
+                             * target_logprobs(tiny_model, tensors, targets)).sum()
+        return total
+
+    def naive_aggregated_loss():
+        terms = [-SIGNED[e] * path_nll(tiny_model, p, trainable_positions(p, records))
+                 for e, records in EXECUTIONS.items() for p in root_to_leaf_paths(records)]
+        return -aggregate(terms, mode, 24.0)
+
+    (loss_p, grad_p), (loss_n, grad_n) = (gradient(tiny_model, packed_aggregated_loss),
+                                          gradient(tiny_model, naive_aggregated_loss))
+    assert abs(float(loss_p - loss_n)) <= 1e-5 * abs(float(loss_n))
+    assert relative(grad_p, grad_n) <= 1e-5
+
+
+@pytest.fixture(scope="module")
+def proximal_model(tiny_model):
+    """The tiny model with every weight nudged: the policy before a few optimizer steps."""
+    old = copy.deepcopy(tiny_model)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in old.parameters():
+            p.add_(0.05 * p.std().nan_to_num(0.0) * torch.randn(p.shape, generator=generator))
+    return old
+
+
+@pytest.mark.parametrize("mode", ["token_mean", "seq_mean_token_mean"])
+def test_sequence_ratio_keeps_the_packed_gradient_equal_to_per_path(tiny_model, proximal_model, mode):
+    """GSPO with ratios that really differ from 1 and clip for some paths: each piece of a split
+    tree scores its context, so every path's ratio is whole; behaviour logprobs unknown (the
+    importance weights are proven with shared tokens in ``test_loss_shapes.py``)."""
+    clip = Clip(low=0.004, high=0.006, dual=1.008)
+    config = TrainingConfig(loss_aggregation=mode, ratio_level="sequence", clip_eps_low=clip.low,
+                            clip_eps_high=clip.high, dual_clip=clip.dual)
+    weighted = exact_dedup(trees(), normalisation=mode)
+
+    def packed_sequence_loss():
+        total = 0.0
+        for micro in pack(weighted, budget=split_budget(weighted)):
+            tensors = packed_tensors(micro)
+            tensors["behaviour_logprob"] = torch.full_like(tensors["behaviour_logprob"], float("nan"))
+            targets = scored_targets(tensors, ratio_level="sequence")
+            with torch.no_grad():
+                proximal = target_logprobs(proximal_model, tensors, targets)
+            advantage = token_advantages(execution_index=tensors["execution_index"], executions=micro.executions,
+                                         advantages=SIGNED)
+            total = total + micro_batch_policy_loss(
+                logprob=target_logprobs(tiny_model, tensors, targets), tensors=tensors, targets=targets,
+                advantage=advantage, training=config, proximal_logprob=proximal).loss
+        return total
+
+    def per_path_sequences():
+        seqs = []
+        for e, records in EXECUTIONS.items():
+            for p in root_to_leaf_paths(records):
+                positions = trainable_positions(p, records)
+                with torch.no_grad():
+                    proximal = -path_nll(proximal_model, p, positions)
+                seqs.append(Sequence(logp=-path_nll(tiny_model, p, positions), proximal=proximal,
+                                     behaviour=torch.full_like(proximal, float("nan")), advantage=SIGNED[e]))
+        return seqs
+
+    (loss_p, grad_p), (loss_n, grad_n) = (
+        gradient(tiny_model, packed_sequence_loss),
+        gradient(tiny_model, lambda: reference_loss(per_path_sequences(), mode=mode, level="sequence", clip=clip)))
+    assert abs(float(loss_p - loss_n)) <= 1e-5 * abs(float(loss_n))
+    assert relative(grad_p, grad_n) <= 1e-5
+    seqs = per_path_sequences()
+    low, high, dual = clip_counts(seqs, level="sequence", clip=clip)
+    assert 0 < low + high + dual < len(seqs)  # some paths clip, some do not
