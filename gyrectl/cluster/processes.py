@@ -56,13 +56,13 @@ class ProcessSteps:
             return
         self._cancelled.add(step_id)
         if grace_s > 0:
-            _signal(proc, signal.SIGTERM)
+            _kill(proc.pid, signal.SIGTERM)
             try:
                 proc.wait(timeout=grace_s)
                 return
             except subprocess.TimeoutExpired:
                 pass
-        _signal(proc, signal.SIGUSR1)
+        _kill(proc.pid, signal.SIGUSR1)
         try:
             proc.wait(timeout=KEEPER_EXIT_S)
         except subprocess.TimeoutExpired:  # the keeper itself hangs: its group at least goes
@@ -126,10 +126,6 @@ def stop_owned(owner: str, *, timeout_s: float = 30.0) -> list[int]:
 def _alive(pid: int) -> bool:
     stat = process_stat(pid)
     return stat is not None and stat[0] != "Z"
-
-
-def _signal(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
-    _kill(proc.pid, sig)
 
 
 def _kill(pid: int, sig: signal.Signals) -> None:
