@@ -250,6 +250,13 @@ def _check_optimizer(config: Config) -> None:
     if training.max_grad_norm < 0:
         raise ConfigError("training.max_grad_norm",
                           f"must be at least 0 (0: no clipping), got {training.max_grad_norm:g}")
+    _at_least("training.updates_per_batch", training.updates_per_batch, 1)
+    groups = training.batch_executions // config.rollout.executions_per_task
+    if training.updates_per_batch > groups:
+        raise ConfigError("training.updates_per_batch", (
+            f"{training.updates_per_batch} is more than the {groups} GRPO group(s) of a batch "
+            f"(training.batch_executions={training.batch_executions} / rollout.executions_per_task="
+            f"{config.rollout.executions_per_task}): each update trains whole groups"))
 
 
 def _check_regularizers(config: Config) -> None:

@@ -57,6 +57,15 @@ class TrainingConfig:
     """Scale the step's gradient down to this L2 norm (over every parameter and rank) when it is
     larger, before AdamW's step: ``torch.nn.utils.clip_grad_norm_``'s rule. 0: no clipping.
     ``grad_norm`` in ``metrics.jsonl`` is the norm before clipping."""
+    updates_per_batch: int = 1
+    """Optimizer steps per batch (PPO's epochs over mini-batches; verl's ``ppo_mini_batch_size``,
+    AReaL's ``ppo_n_minibatches``): the batch's GRPO groups, whole and in batch order, are split
+    into this many mini-batches, each trained by one AdamW step at step N's learning rate, its
+    ``loss_aggregation`` taken over the mini-batch's own paths (advantages stay the whole batch's).
+    Every token's proximal logprob is computed with weights vN before the first update, so from
+    the second update on the ratio to the proximal policy moves and the clips (``clip_eps*``,
+    ``dual_clip``) and GSPO's sequence ratio bind. Costs one extra forward pass, without gradient,
+    over all but the first mini-batch. At most the batch's groups; 1: one step, the ratio is 1."""
     micro_batch_tokens: int = 16384
     """Token budget of one packed micro-batch (each rank runs whole micro-batches: its activations,
     logits and attention mask grow with it; ``gyrectl plan`` shows by how much)."""
@@ -67,7 +76,8 @@ class TrainingConfig:
     clip_eps: float = 0.2
     """PPO-style clipping range of the importance ratio ``r`` to the proximal policy: the surrogate
     is ``min(r A, clip(r, 1 - eps, 1 + eps) A)``. With one optimizer step per batch the proximal
-    policy is the current weights, ``r`` is 1 and no clip ever binds (docs/algorithms.md)."""
+    policy is the current weights, ``r`` is 1 and no clip ever binds; with ``updates_per_batch`` > 1
+    they bind from the second update on (docs/algorithms.md)."""
     clip_eps_low: float | None = None
     """The lower clip bound alone: ``r`` is clipped at ``1 - clip_eps_low``, in (0, 1). Unset: ``clip_eps``."""
     clip_eps_high: float | None = None

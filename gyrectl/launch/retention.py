@@ -10,7 +10,7 @@ Who reads ``checkpoints/vN``, and so what keeps it::
     an evaluation of vN                                      it is due or running
 
 Nothing else reads an older version: the behaviour logprobs of stale tokens are vLLM's records,
-the proximal policy is the trainer's own weights (:mod:`gyrectl.train.grpo`), and the trainer
+the proximal policy is the trainer's own weights at the step's start (:mod:`gyrectl.train.proximal`), and the trainer
 keeps the newest version's optimizer state only. A sleeping server does not serve: it wakes to
 the newest weights. v0 links to the user's model and is never removed; a version above the newest
 is a step's commit the coordinator has not heard of yet, left alone.

@@ -34,7 +34,7 @@ STEP_KEYS = ("reward_mean", "reward_std", "loss", "kl", "clip_fraction", "import
              "dedup_ratio", "executions", "executions_skipped", "naive_tokens", "unique_tokens", "trained_tokens",
              "micro_batches", "duration_s", "peak_memory_gb", "world_size", "groups", "groups_without_signal",
              "signal_token_share", "lr", "entropy", "kl_ref", "clip_fraction_low", "clip_fraction_high",
-             "dual_clip_fraction")
+             "dual_clip_fraction", "updates")
 BUSY = ("rollout", "training")
 """Timeline labels of a cell doing useful work (:func:`gyrectl.coordinator.timeline.role_segments`)."""
 

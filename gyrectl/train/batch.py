@@ -1,8 +1,13 @@
 """A training step's input, built from the run directory: what ``batches/step-NNNNNN.json`` names,
 turned into packed micro-batches with per-execution advantages.
 
-    batch file --> recorded calls of those executions --> token trees --> dedup (exact | paths)
-               --> pack to training.micro_batch_tokens;  rewards --> group advantages (training.advantage)
+    batch file --> recorded calls of those executions --> mini-batches of whole groups
+               --> per mini-batch: token trees --> dedup (exact | paths) --> pack to
+               training.micro_batch_tokens;  rewards --> group advantages (training.advantage)
+
+With ``training.updates_per_batch`` = k the trained groups are split into k mini-batches
+(:func:`split_groups`), each deduplicated and normalised (``training.loss_aggregation``) on its
+own: each is what one optimizer step trains. k = 1 is one mini-batch, the whole batch.
 
 The batch file's format and its reader are :mod:`gyrectl.run.batch_file`'s. An execution of it that
 recorded no call at all (the harness failed before asking the model) has nothing to train: it is skipped,
@@ -13,7 +18,9 @@ counted in ``num_skipped``, and left out of its group's advantage statistics. Wi
 
 from __future__ import annotations
 
+import itertools
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gyrectl.capture.source import load_executions
@@ -35,7 +42,9 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class StepBatch:
-    micro_batches: tuple[PackedMicroBatch, ...]
+    mini_batches: tuple[tuple[PackedMicroBatch, ...], ...]
+    """One optimizer step's packed micro-batches each (``training.updates_per_batch`` of them, or
+    fewer when the batch holds fewer groups)."""
     advantages: dict[str, float]
     """Per trained execution."""
     rewards: dict[str, float]
@@ -54,6 +63,11 @@ class StepBatch:
     """Groups, groups without signal, and the trained tokens that carry one."""
 
     @property
+    def micro_batches(self) -> tuple[PackedMicroBatch, ...]:
+        """Every mini-batch's micro-batches, in order."""
+        return tuple(micro for mini in self.mini_batches for micro in mini)
+
+    @property
     def dedup_ratio(self) -> float:
         return self.naive_tokens / self.unique_tokens if self.unique_tokens else 0.0
 
@@ -70,16 +84,31 @@ def build_step_batch(*, run: RunDir, config: Config, batch: BatchFile) -> StepBa
         trained = [e for e in present if groups[e.execution] in with_signal]
     else:
         trained = present
-    trees = [build_tree(e.execution, recorded[e.execution]) for e in trained]
-    weighted = _weighted_trees(trees, config=config, step=batch.step)
+    tree_minis = [[build_tree(e, recorded[e]) for e in mini]
+                  for mini in split_groups([e.execution for e in trained], groups,
+                                           parts=config.training.updates_per_batch)]
+    weighted_minis = [_weighted_trees(mini, config=config, step=batch.step) for mini in tree_minis]
+    trees, weighted = [t for mini in tree_minis for t in mini], [w for mini in weighted_minis for w in mini]
     signal = batch_signal(advantages=advantages, groups=groups,
                           trained_tokens={w.execution: w.num_trained for w in weighted})
     return StepBatch(
-        micro_batches=tuple(pack(weighted, budget=config.training.micro_batch_tokens)),
+        mini_batches=tuple(tuple(pack(mini, budget=config.training.micro_batch_tokens)) for mini in weighted_minis),
         advantages=advantages, rewards={e.execution: e.reward for e in batch.entries},
         num_executions=len(trained), num_skipped=len(batch.entries) - len(present),
         naive_tokens=sum(t.num_naive_tokens for t in trees), unique_tokens=sum(w.num_tokens for w in weighted),
         trained_tokens=sum(w.num_trained for w in weighted), signal=signal)
+
+
+def split_groups(executions: list[str], groups: Mapping[str, str], *, parts: int) -> list[list[str]]:
+    """``executions`` in ``parts`` mini-batches of whole groups (``groups``: execution -> group): the
+    groups in order of first appearance, cut into runs as even as they divide, each mini-batch's
+    executions in their order in ``executions``. Fewer parts when there are fewer groups, and one
+    (maybe empty) at least: ``parts`` = 1 gives ``[executions]``."""
+    order = list(dict.fromkeys(groups[e] for e in executions))
+    count = max(1, min(parts, len(order)))
+    cuts = [len(order) * j // count for j in range(count + 1)]
+    part_of = {group: j for j, (a, b) in enumerate(itertools.pairwise(cuts)) for group in order[a:b]}
+    return [[e for e in executions if part_of[groups[e]] == j] for j in range(count)]
 
 
 def _weighted_trees(trees: list[TokenTree], *, config: Config, step: int) -> list[WeightedTree]:

@@ -27,11 +27,13 @@ over trained tokens (non-zero ``w_i``, the dedup loss weight, already normalised
 batch by ``training.loss_aggregation``: summed over micro-batches and ranks, this is the step's
 loss). ``eps_low`` and ``eps_high`` are ``training.clip_eps`` unless ``clip_eps_low`` /
 ``clip_eps_high`` say otherwise (DAPO's clip-higher); ``c`` is ``training.dual_clip`` (Ye et al.
-2020; off by default). The trainer takes one optimizer step per batch, so the proximal policy
-*is* the current weights (``logp.detach()``): the ratio is 1 in value and ``grad logp`` in
-gradient, no clip binds, and the staleness of tokens sampled by older weights (recorded by vLLM as
+2020; off by default). With one optimizer step per batch (``training.updates_per_batch: 1``, the
+default) the proximal policy *is* the current weights (``logp.detach()``): the ratio is 1 in value
+and ``grad logp`` in gradient, no clip binds, and the staleness of tokens sampled by older weights (recorded by vLLM as
 ``behaviour``) is corrected by ``is_i`` alone, truncated so one very unlikely token cannot
-dominate the step. A token without a behaviour logprob (NaN: not recorded) gets ``is_i = 1``.
+dominate the step. With several updates per batch the proximal logprobs are the step's starting
+weights' (:mod:`gyrectl.train.proximal`), and the ratio moves from the second update on. A token
+without a behaviour logprob (NaN: not recorded) gets ``is_i = 1``.
 ``training.ratio_level: sequence`` (GSPO) clips one ratio per root-to-leaf path instead:
 :mod:`gyrectl.train.sequence_ratio`, which shares :func:`clipped_surrogate` with this loss.
 

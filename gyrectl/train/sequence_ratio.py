@@ -12,7 +12,9 @@ the token's truncated importance weight to the behaviour policy, ``A_p`` its exe
 advantage. The gradient is GSPO's: ``s_p`` reaches token t as ``s_p grad logp_t`` (verl's
 "GSPO-token" form ``sg[s_p] exp(logp_t - sg[logp_t])``, equal in value and gradient), and not at
 all where a clip binds for the path. With one optimizer step per batch the proximal policy is the
-current weights, ``s_p = 1``, and the loss equals the token level's with the same weights.
+current weights, ``s_p = 1``, and the loss equals the token level's with the same weights; with
+``training.updates_per_batch`` > 1 the proximal logprobs are the step's starting weights'
+(:mod:`gyrectl.train.proximal`) and ``s_p`` moves from the second update on.
 
 Why it stays exact under tree dedup. A token shared by several paths enters each path's ``s_p``
 and takes each path's term, so its loss is ``is_t sum_{p through t} c_p f_p`` and its gradient

@@ -12,7 +12,10 @@
     4. forward/backward over this rank's micro-batches (round-robin), GRPO loss, minus the entropy
        bonus, plus the KL penalty to the reference (:mod:`gyrectl.train.regularizers`)
     5. one AdamW step (gradients summed over ranks by FSDP2's reduce-scatter) at step N's learning
-       rate, the gradient clipped to ``training.max_grad_norm`` first (:mod:`gyrectl.train.optim`)
+       rate, the gradient clipped to ``training.max_grad_norm`` first (:mod:`gyrectl.train.optim`);
+       with ``training.updates_per_batch`` > 1 the batch is that many mini-batches, and 4-5 run once
+       for each, after the proximal logprobs of all but the first were taken at vN
+       (:mod:`gyrectl.train.proximal`)
     6. save the optimizer state (each rank its shards), then v(N+1) (each rank its files; the
        rename commits the step), then the metrics line
 
@@ -26,7 +29,9 @@ a rank with fewer micro-batches repeats one with its loss multiplied by zero.
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 import os
 import sys
 import time
@@ -55,6 +60,7 @@ from gyrectl.train.optim import clip_coefficient, new_optimizer, scale_gradients
 from gyrectl.train.packed import packed_tensors
 from gyrectl.train.policy_export import export_policy
 from gyrectl.train.policy_load import empty_policy, load_policy
+from gyrectl.train.proximal import Proximal, proximal_logprobs, rank_share
 from gyrectl.train.reference import Reference, load_reference, reference_folder, reference_logprobs
 from gyrectl.train.regularizers import RegularizerStats, regularization
 
@@ -72,7 +78,8 @@ class Timer:
     def __call__(self, phase: str) -> Iterator[None]:
         begin = time.perf_counter()
         yield
-        self.phases[phase] = round(time.perf_counter() - begin, 4)
+        # Summed: with several updates per batch, forward_backward and optimizer come round again.
+        self.phases[phase] = round(self.phases.get(phase, 0.0) + time.perf_counter() - begin, 4)
 
 
 @dataclass(frozen=True)
@@ -80,8 +87,20 @@ class StepResult:
     loss: float
     stats: LossStats
     grad_norm: float
-    """L2 norm of the step's whole gradient, before any clipping."""
+    """L2 norm of the step's whole gradient, before any clipping (with several updates per batch,
+    the mean over them)."""
     regularizers: RegularizerStats = RegularizerStats()
+    updates: int = 1
+
+    @classmethod
+    def of_updates(cls, results: list[StepResult]) -> StepResult:
+        """One batch's updates as one: the mean of their losses (each normalised over its own
+        mini-batch) and of their gradient norms, the statistics summed."""
+        return cls(loss=sum(r.loss for r in results) / len(results),
+                   stats=functools.reduce(operator.add, (r.stats for r in results)),
+                   grad_norm=sum(r.grad_norm for r in results) / len(results),
+                   regularizers=functools.reduce(operator.add, (r.regularizers for r in results)),
+                   updates=len(results))
 
 
 @dataclass(frozen=True)
@@ -178,13 +197,20 @@ def train_step(trainer: Trainer, *, run: RunDir, step: int, config: Config, time
     memory = timer.memory
     with timer("batch"), memory("batch"):  # 3.
         batch = build_step_batch(run=run, config=config, batch=read_batch_file(run=run, step=step))
-    with timer("forward_backward"), memory("forward_backward"):  # 4.
-        result = forward_backward(model=model, batch=batch, world=world, training=config.training,
-                                  reference=trainer.reference)
-    with timer("optimizer"), memory("optimizer"):  # 5.
-        scale_gradients(model, clip_coefficient(result.grad_norm, config.training.max_grad_norm))
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+    with timer("forward_backward"), memory("forward_backward"):
+        proximal = proximal_logprobs(model=model, mini_batches=batch.mini_batches, world=world,
+                                     ratio_level=config.training.ratio_level)
+    updates = []
+    for micro_batches, mini_proximal in zip(batch.mini_batches, proximal, strict=True):
+        with timer("forward_backward"), memory("forward_backward"):  # 4.
+            updates.append(forward_backward(model=model, micro_batches=micro_batches, advantages=batch.advantages,
+                                            world=world, training=config.training, reference=trainer.reference,
+                                            proximal=mini_proximal))
+        with timer("optimizer"), memory("optimizer"):  # 5.
+            scale_gradients(model, clip_coefficient(updates[-1].grad_norm, config.training.max_grad_norm))
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    result = StepResult.of_updates(updates)
     trainer.version = step + 1
     with timer("save"):  # 6.
         # The copy inside v(N+1) is written before the save ends: its save time and duration are 0.
@@ -210,17 +236,19 @@ def train_step(trainer: Trainer, *, run: RunDir, step: int, config: Config, time
     return metrics if world.is_main else None
 
 
-def forward_backward(*, model: torch.nn.Module, batch: StepBatch, world: World, training: TrainingConfig,
-                     reference: Reference | None = None) -> StepResult:
-    """Accumulates this rank's gradients; returns the step's loss and statistics over all ranks."""
-    mine = batch.micro_batches[world.rank::world.world_size]
-    rounds = math.ceil(len(batch.micro_batches) / world.world_size)
+def forward_backward(*, model: torch.nn.Module, micro_batches: tuple[PackedMicroBatch, ...],
+                     advantages: dict[str, float], world: World, training: TrainingConfig,
+                     reference: Reference | None = None, proximal: Proximal = None) -> StepResult:
+    """Accumulates this rank's gradients over its share of ``micro_batches`` (one update's);
+    returns their loss and statistics over all ranks."""
+    mine, rounds = rank_share(micro_batches, world)
     loss_sum, stats, regularizers = 0.0, LossStats(), RegularizerStats()
     for k in range(rounds):
         real = k < len(mine)
-        micro = mine[k] if real else batch.micro_batches[0]  # a zero-weight pass keeps collectives paired
-        out = micro_batch_loss(model=model, micro=micro, advantages=batch.advantages, training=training,
-                               device=world.device, reference=reference)
+        micro = mine[k] if real else micro_batches[0]  # a zero-weight pass keeps collectives paired
+        out = micro_batch_loss(model=model, micro=micro, advantages=advantages, training=training,
+                               device=world.device, reference=reference,
+                               proximal_logprob=proximal[k] if real and proximal is not None else None)
         (out.loss if real else out.loss * 0.0).backward()
         if real:
             loss_sum += float(out.loss.detach())
@@ -232,10 +260,11 @@ def forward_backward(*, model: torch.nn.Module, batch: StepBatch, world: World, 
 
 
 def micro_batch_loss(*, model: torch.nn.Module, micro: PackedMicroBatch, advantages: dict[str, float],
-                     training: TrainingConfig, device: torch.device,
-                     reference: Reference | None = None) -> MicroBatchLoss:
-    """The GRPO loss of one packed micro-batch (its share of the step's loss), with the
-    regularisers' terms (the entropy is measured whatever ``training.entropy_coef`` says)."""
+                     training: TrainingConfig, device: torch.device, reference: Reference | None = None,
+                     proximal_logprob: torch.Tensor | None = None) -> MicroBatchLoss:
+    """The GRPO loss of one packed micro-batch (its share of the update's loss), with the
+    regularisers' terms (the entropy is measured whatever ``training.entropy_coef`` says);
+    ``proximal_logprob`` per scored target, default the current weights'."""
     tensors = packed_tensors(micro, device)
     targets = scored_targets(tensors, ratio_level=training.ratio_level)
     # The reference first: its gathered weights and logits are freed before the policy's are made.
@@ -246,7 +275,7 @@ def micro_batch_loss(*, model: torch.nn.Module, micro: PackedMicroBatch, advanta
     logprob = logprobs_of(logits, tensors["input_ids"][targets])
     loss_weight = tensors["loss_weight"][targets]
     policy = micro_batch_policy_loss(logprob=logprob, tensors=tensors, targets=targets, advantage=advantage,
-                                     training=training)
+                                     training=training, proximal_logprob=proximal_logprob)
     extra = regularization(logits=logits, logprob=logprob, ref_logprob=ref_logprob, loss_weight=loss_weight,
                            entropy_coef=training.entropy_coef, kl_coef=training.kl_coef,
                            kl_estimator=training.kl_estimator)
@@ -288,7 +317,7 @@ def _metrics(*, step: int, batch: StepBatch, result: StepResult, lr: float, worl
         "executions": batch.num_executions, "executions_skipped": batch.num_skipped,
         "groups": batch.signal.groups, "groups_without_signal": batch.signal.groups_without_signal,
         "signal_token_share": round(batch.signal.token_share, 4),
-        "micro_batches": len(batch.micro_batches), "naive_tokens": batch.naive_tokens,
+        "micro_batches": len(batch.micro_batches), "updates": result.updates, "naive_tokens": batch.naive_tokens,
         "unique_tokens": batch.unique_tokens, "trained_tokens": batch.trained_tokens,
         "dedup_ratio": round(batch.dedup_ratio, 4), "duration_s": 0.0, "time_s": {**timer.phases, "save": 0.0},
         "world_size": world.world_size, "optimizer_state": "loaded" if loaded else "fresh",

@@ -15,7 +15,7 @@ from gyrectl.config import load_config
 from gyrectl.config.schema import DedupConfig
 from gyrectl.errors import UserError
 from gyrectl.run.batch_file import read_batch_file
-from gyrectl.train.batch import build_step_batch
+from gyrectl.train.batch import build_step_batch, split_groups
 from gyrectl.train.step import micro_batch_loss
 
 from naive_paths import sequence, unique_trie_positions
@@ -150,3 +150,13 @@ def test_a_bad_batch_file_is_a_user_error(tmp_path, tiny_model_dir, content, mes
         run.batch_file(0).write_text(content)
     with pytest.raises(UserError, match=message):
         read_batch_file(run=run, step=0)
+
+
+def test_mini_batches_hold_whole_groups_in_batch_order():
+    groups = {"a": "t", "d": "u", "b": "t", "e": "u", "c": "v"}
+    executions = list(groups)
+    assert split_groups(executions, groups, parts=1) == [executions]  # one update: the batch as it was
+    assert split_groups(executions, groups, parts=2) == [["a", "b"], ["d", "e", "c"]]
+    assert split_groups(executions, groups, parts=3) == [["a", "b"], ["d", "e"], ["c"]]
+    assert split_groups(executions, groups, parts=9) == [["a", "b"], ["d", "e"], ["c"]]  # no more than groups
+    assert split_groups([], {}, parts=2) == [[]]

@@ -300,6 +300,9 @@ BAD_TRAINING = [
     ({"training": {"max_grad_norm": -1}}, "training.max_grad_norm", "at least 0 (0: no clipping)"),
     ({"training": {"advantage": "gae"}}, "training.advantage", "'grpo', 'dr_grpo', 'rloo'"),
     ({"training": {"lr_schedule": "step"}}, "training.lr_schedule", "'constant', 'linear', 'cosine'"),
+    ({"training": {"updates_per_batch": 0}}, "training.updates_per_batch", "at least 1"),
+    ({"rollout": {"executions_per_task": 8}, "training": {"batch_executions": 16, "updates_per_batch": 3}},
+     "training.updates_per_batch", "more than the 2 GRPO group(s) of a batch"),
 ]
 
 
@@ -311,10 +314,11 @@ def test_a_bad_training_knob_names_its_field(raw: dict, field: str, text: str) -
 
 
 def test_the_edges_are_accepted() -> None:
-    config = parse_config({"run": {"steps": 4}, "training": {
+    config = parse_config({"run": {"steps": 4}, "rollout": {"executions_per_task": 8}, "training": {
         "warmup_steps": 4, "lr_schedule": "cosine", "advantage": "rloo", "max_grad_norm": 1.0,
-        "weight_decay": 0.01}})
+        "weight_decay": 0.01, "batch_executions": 16, "updates_per_batch": 2}})
     assert (config.training.warmup_steps, config.training.advantage) == (4, "rloo")
+    assert config.training.updates_per_batch == 2  # one update per group
 
 
 def test_config_check_refuses_with_the_field_named(tmp_path, cli) -> None:
