@@ -15,9 +15,8 @@ import torch
 from gyrectl.train.grpo import group_advantages
 from gyrectl.train.step import run_step
 
-from naive_paths import path_nll, root_to_leaf_paths, trainable_positions
-from reference_losses import Clip, Sequence, reference_loss
-from train_run import TRAINING, behaviour_logprob, make_run, record_calls, rollouts, write_batch
+from reference_losses import Clip, reference_loss
+from train_run import TRAINING, make_run, path_sequences, record_calls, rollouts, write_batch
 
 TASKS = {"a": ("t", 1.0), "b": ("t", 0.0), "c": ("t", 0.25), "d": ("u", 0.5), "e": ("u", 0.0)}
 SHAPES = {
@@ -31,15 +30,7 @@ SHAPES = {
 def naive_gradient_norm(model, batch, training) -> float:
     advantages = group_advantages(rewards={r.execution: r.reward for r in batch},
                                   groups={r.execution: r.task for r in batch}, estimator=training.advantage)
-    seqs = []
-    for rollout in batch:
-        records = list(rollout.records)
-        for path in root_to_leaf_paths(records):
-            positions = trainable_positions(path, records)
-            logp = -path_nll(model, path, positions)
-            seqs.append(Sequence(logp=logp, proximal=logp.detach(), advantage=advantages[rollout.execution],
-                                 behaviour=torch.tensor([behaviour_logprob(path, t, rollout.records)
-                                                         for t in positions])))
+    seqs = path_sequences(model, batch, advantages)
     clip = Clip(low=training.clip_eps_low or training.clip_eps, high=training.clip_eps_high or training.clip_eps,
                 dual=training.dual_clip)
     model.zero_grad()

@@ -18,11 +18,11 @@ from gyrectl.train.grpo import group_advantages
 from gyrectl.train.step import run_step
 
 from naive_paths import path_nll, root_to_leaf_paths, trainable_positions
-from reference_losses import Clip, Sequence, clip_counts, reference_loss
+from reference_losses import Clip, clip_counts, reference_loss
 from train_run import (
     TRAINING,
-    behaviour_logprob,
     make_run,
+    path_sequences,
     read_weights,
     record_calls,
     rollouts,
@@ -39,21 +39,6 @@ SHAPES = {
 }
 
 
-def sequences(model, rollouts_, advantages, proximal=None) -> list[Sequence]:
-    """Every root-to-leaf path of ``rollouts_``, its logprobs under ``model`` and its proximal
-    logprobs from ``proximal`` (execution, path) -> tensor, default these logprobs, detached."""
-    out = []
-    for rollout in rollouts_:
-        records = list(rollout.records)
-        for path in root_to_leaf_paths(records):
-            positions = trainable_positions(path, records)
-            logp = -path_nll(model, path, positions)
-            prox = logp.detach() if proximal is None else proximal[rollout.execution, path]
-            out.append(Sequence(logp=logp, proximal=prox, advantage=advantages[rollout.execution],
-                                behaviour=torch.tensor([behaviour_logprob(path, t, records) for t in positions])))
-    return out
-
-
 def reference_updates(tiny_model_dir, batch, training, *, fixed_proximal: bool = True):
     """Two AdamW updates, {a, b, c} then {d, e}, each its own loss aggregation, advantages over the
     whole batch; returns the model, each update's gradient norm and clip counts."""
@@ -68,7 +53,7 @@ def reference_updates(tiny_model_dir, batch, training, *, fixed_proximal: bool =
     clip = Clip(low=training.clip_eps_low, high=training.clip_eps_high, dual=training.dual_clip)
     norms, clipped = [], []
     for mini in ([r for r in batch if r.task == "t"], [r for r in batch if r.task == "u"]):
-        seqs = sequences(model, mini, advantages, proximal if fixed_proximal else None)
+        seqs = path_sequences(model, mini, advantages, proximal if fixed_proximal else None)
         clipped.append(clip_counts(seqs, level=training.ratio_level, clip=clip))
         adamw.zero_grad()
         reference_loss(seqs, mode=training.loss_aggregation, level=training.ratio_level, clip=clip,

@@ -26,6 +26,7 @@ from gyrectl.train.grpo import policy_loss
 
 from agent_shapes import all_patterns
 from naive_paths import path_nll, root_to_leaf_paths, sequence, trainable_positions
+from reference_losses import Sequence
 
 REPO = Path(__file__).resolve().parents[2]
 TRAINING = TrainingConfig(lr=1e-3, micro_batch_tokens=256, clip_eps=0.2, max_importance_weight=2.0)
@@ -111,6 +112,24 @@ def naive_grpo_loss(model, batch: list[Rollout], advantages: dict[str, float],
     return policy_loss(logprob=logprob, behaviour_logprob=torch.tensor(behaviour), advantage=torch.tensor(advantage),
                        loss_weight=weight, clip_eps=training.clip_eps,
                        max_importance_weight=training.max_importance_weight).loss
+
+
+def path_sequences(model, batch: list[Rollout], advantages: dict[str, float],
+                   proximal: dict | None = None) -> list[Sequence]:
+    """Every root-to-leaf path of ``batch`` as ``reference_losses.Sequence``: its sampled tokens'
+    logprobs under ``model`` (its own causal forward), proximal logprobs from ``proximal``
+    ((execution, path) -> tensor; default these logprobs, detached), behaviour logprobs as recorded."""
+    out = []
+    for rollout in batch:
+        records = list(rollout.records)
+        for path in root_to_leaf_paths(records):
+            positions = trainable_positions(path, records)
+            logp = -path_nll(model, path, positions)
+            prox = logp.detach() if proximal is None else proximal[rollout.execution, path]
+            out.append(Sequence(logp=logp, proximal=prox, advantage=advantages[rollout.execution],
+                                behaviour=torch.tensor([behaviour_logprob(path, t, rollout.records)
+                                                        for t in positions])))
+    return out
 
 
 def torchrun_step(run: RunDir, *, step: int, nproc: int = 2, timeout: float = 300,
