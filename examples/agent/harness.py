@@ -26,12 +26,31 @@ conversation grows turn by turn. Calls stream or not, decided per call by a gene
 from the task: the structure of an execution is a function of its task and the model's replies,
 while sampling (temperature 1.0, no seed) differs between executions of the same task.
 
+Tool time (``--tool-wait-median-s``, off by default): long-horizon agents spend most of their
+wall time in tools, so the harness can wait before every tool result it feeds back (each native
+tool call's result, each ``Observation:``). Each execution draws ONE wait
+``w = min(cap, lognormal(ln(median), sigma))`` and waits ``w`` before each of its tool results:
+its tool time is ``w`` x (tool results), heavy-tailed across executions, with no GPU involved.
+The draw comes from a generator seeded by (``--tool-wait-seed``, the task id, the execution id
+of ``$GYRECTL_EXECUTION`` less a ``-hN``/``-rN`` rerun suffix), hashed with SHA-256 (never
+Python's salted ``hash()``). gyrectl names a training execution ``e<seq>`` and gives it the task
+``tasks[(seq // executions_per_task) % len(tasks)]``, both functions of the sequence number
+alone, which every scheduling policy hands out in the same order (0, 1, 2, ...): so the same
+execution waits the same under colocate, elastic or async with the same config; a rerun of a
+lost execution (``-h1``) or one restarted by a resumed head (``-r1``) is the same sequence
+number and keeps its draw. Without ``$GYRECTL_EXECUTION`` (by hand) the draw depends on the seed
+and the task id. ``--tool-wait-cap-s`` 0 (the default) means no cap; ``--tool-wait-sigma`` 0
+waits exactly the median.
+
 Output: the last stdout line is one JSON object, ``{"answer", "written", "turns", "calls",
-"retries", "compressions", ...}``; ``answer`` is the text after ``ANSWER:`` in the final reply,
-or the whole final reply; ``written`` is every reply the model sampled, in order. On SIGTERM (the
-execution time limit) it prints the output so far and exits 143. On an error it cannot recover
-from (the gateway unreachable after the client's retries, a refused key) it prints nothing on
-stdout, reports on stderr and exits 1, so the execution counts as an infrastructure failure
+"retries", "compressions", ..., "tool_results", "tool_wait_each_s", "tool_wait_s"}``; ``answer``
+is the text after ``ANSWER:`` in the final reply, or the whole final reply; ``written`` is every
+reply the model sampled, in order; ``tool_results`` counts the tool results fed back,
+``tool_wait_each_s`` is the execution's draw ``w`` and ``tool_wait_s`` the seconds actually
+waited in all (a wait cut short by SIGTERM included). On SIGTERM (the execution time limit) it
+prints the output so far and exits 143. On an error it cannot recover from (the gateway
+unreachable after the client's retries, a refused key) it prints nothing on stdout, reports on
+stderr and exits 1, so the execution counts as an infrastructure failure
 rather than a zero reward.
 
 Settings: built-in defaults < fields of the task object < command-line flags (``--help``).
@@ -41,15 +60,18 @@ from __future__ import annotations
 
 import argparse
 import ast
+import hashlib
 import json
+import math
 import operator
 import os
 import random
 import re
 import signal
 import sys
+import time
 import zlib
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import openai
@@ -95,6 +117,41 @@ class Knobs:
     """Client retries of a failed request (connection errors, 5xx, 429) with backoff."""
     timeout_s: float = 120.0
     """Client timeout per request."""
+    tool_wait_median_s: float = field(default=0.0, metadata={"help": (
+        "median of the execution's wait before each tool result, in seconds (0: no waits)")})
+    tool_wait_sigma: float = field(default=1.0, metadata={"help": (
+        "sigma of the wait's lognormal distribution (of its log; 0: always the median)")})
+    tool_wait_cap_s: float = field(default=0.0, metadata={"help": "the longest wait, in seconds (0: no cap)"})
+    tool_wait_seed: int = field(default=0, metadata={"help": (
+        "seeds the waits' draws, with the task id and the execution id")})
+
+    def __post_init__(self) -> None:
+        for name in ("tool_wait_median_s", "tool_wait_sigma", "tool_wait_cap_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+                raise ValueError(f"{name} must be a finite number >= 0, not {value!r}")
+        if isinstance(self.tool_wait_seed, bool) or not isinstance(self.tool_wait_seed, int):
+            raise ValueError(f"tool_wait_seed must be an integer, not {self.tool_wait_seed!r}")
+
+
+_RERUN = re.compile(r"(-[hr]\d+)+$")
+
+
+def tool_wait_draw(knobs: Knobs, task_id: Any, execution: str = "") -> float:
+    """The execution's one wait before each tool result, in seconds: ``min(cap, lognormal(ln
+    median, sigma))`` from a generator seeded by SHA-256 of (``tool_wait_seed``, the task id, the
+    execution id less its rerun suffixes ``-hN``/``-rN``); 0 when ``tool_wait_median_s`` is 0.
+
+    Why these: gyrectl names training executions ``e<seq>`` and picks their tasks from ``seq``
+    alone, handing sequence numbers out in the same order under every scheduling policy, so the
+    same execution of the same config draws the same wait under colocate, elastic or async; a
+    rerun (same sequence number, task and weights) keeps the draw of the run it replaces."""
+    if knobs.tool_wait_median_s <= 0:
+        return 0.0
+    key = f"{knobs.tool_wait_seed}\0{task_id}\0{_RERUN.sub('', execution)}".encode()
+    rng = random.Random(int.from_bytes(hashlib.sha256(key).digest()[:8], "big"))
+    wait = rng.lognormvariate(math.log(knobs.tool_wait_median_s), knobs.tool_wait_sigma)
+    return min(wait, knobs.tool_wait_cap_s) if knobs.tool_wait_cap_s > 0 else wait
 
 
 class Stopped(BaseException):
@@ -102,7 +159,9 @@ class Stopped(BaseException):
 
 
 class Agent:
-    def __init__(self, client: openai.OpenAI, model: str, task: dict[str, Any], knobs: Knobs):
+    def __init__(self, client: openai.OpenAI, model: str, task: dict[str, Any], knobs: Knobs,
+                 execution: str = ""):
+        """``execution``: the execution's id (``$GYRECTL_EXECUTION``), which seeds its tool wait."""
         self.client, self.model, self.task, self.knobs = client, model, task, knobs
         seed = knobs.seed if knobs.seed is not None else zlib.crc32(str(task["id"]).encode())
         self.rng = random.Random(seed)
@@ -113,8 +172,11 @@ class Agent:
         self.written: list[str] = []
         """Every reply the model sampled (retried, parallel, sub-agent and summary ones too)."""
         self.stats = {"turns": 0, "calls": 0, "retries": 0, "compressions": 0, "tool_calls": 0,
-                      "streamed": 0}
+                      "streamed": 0, "tool_results": 0}
         self.retries_left = knobs.retries
+        self.tool_wait_each_s = tool_wait_draw(knobs, task["id"], execution)
+        self.tool_wait_s = 0.0
+        """Seconds waited so far before tool results (a wait cut short by SIGTERM included)."""
 
     # -- the agent loop --------------------------------------------------------------------
     def run(self) -> None:
@@ -151,6 +213,7 @@ class Agent:
             for call in reply["tool_calls"]:
                 self.stats["tool_calls"] += 1
                 result = self.run_tool(call["function"]["name"], call["function"]["arguments"])
+                self.tool_wait()
                 self.messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
             return
         text = reply["content"] or ""
@@ -159,7 +222,20 @@ class Agent:
             observation = calculate(m.group(1))
         else:
             observation = self.run_tool("notes", json.dumps({"text": text}))
+        self.tool_wait()
         self.messages.append({"role": "user", "content": f"Observation: {observation}"})
+
+    def tool_wait(self) -> None:
+        """The tool's time before one tool result: the execution's draw. SIGTERM ends the sleep
+        (its handler raises ``Stopped`` out of ``time.sleep``); the time waited is counted."""
+        self.stats["tool_results"] += 1
+        if self.tool_wait_each_s <= 0:
+            return
+        started = time.monotonic()
+        try:
+            time.sleep(self.tool_wait_each_s)
+        finally:
+            self.tool_wait_s += time.monotonic() - started
 
     def run_tool(self, name: str, arguments: str) -> str:
         try:
@@ -240,7 +316,9 @@ class Agent:
     def output(self, **extra: Any) -> dict[str, Any]:
         m = re.search(r"ANSWER:(.*)", self.last_reply, re.S)
         answer = (m.group(1) if m else self.last_reply).strip()
-        return {"answer": answer, "written": self.written, "task": self.task["id"], **self.stats, **extra}
+        return {"answer": answer, "written": self.written, "task": self.task["id"], **self.stats,
+                "tool_wait_each_s": round(self.tool_wait_each_s, 6), "tool_wait_s": round(self.tool_wait_s, 6),
+                **extra}
 
 
 def well_formed(reply: dict[str, Any]) -> bool:
@@ -270,16 +348,25 @@ def calculate(expression: str) -> str:
         return f"error: {exc or type(exc).__name__}"
 
 
+TOOL_WAIT_HELP = """\
+tool time: with --tool-wait-median-s above 0 each execution draws one wait
+w = min(cap, lognormal(ln(median), sigma)), seeded by (--tool-wait-seed, the task id,
+$GYRECTL_EXECUTION less a -hN/-rN rerun suffix), and sleeps w before every tool result it feeds
+back; the output's tool_wait_s is the time waited in all. Settings: built-in defaults < fields
+of the task object (e.g. "tool_wait_median_s": 2) < these flags."""
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=TOOL_WAIT_HELP,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     source = parser.add_argument_group("task (default: $GYRECTL_TASK)")
     source.add_argument("--task", help="the task as one JSON object")
     source.add_argument("--task-file", help="a JSONL file of tasks (with --task-id)")
     source.add_argument("--task-id", help="which task of --task-file (default: the first)")
     for f in fields(Knobs):
+        default = f"default {getattr(Knobs(), f.name)!r}"
         parser.add_argument("--" + f.name.replace("_", "-"), type=_type_of(f.name), default=None,
-                            help=f"default {getattr(Knobs(), f.name)!r}")
+                            help=f"{f.metadata['help']} ({default})" if "help" in f.metadata else default)
     return parser.parse_args(argv)
 
 
@@ -332,7 +419,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # The client reads OPENAI_BASE_URL and OPENAI_API_KEY itself, as in any harness.
         client = openai.OpenAI(max_retries=knobs.max_retries, timeout=knobs.timeout_s)
-        agent = Agent(client, os.environ.get("OPENAI_MODEL", "tiny"), task, knobs)
+        agent = Agent(client, os.environ.get("OPENAI_MODEL", "tiny"), task, knobs,
+                      os.environ.get("GYRECTL_EXECUTION", ""))
         agent.run()
     except BaseException as exc:
         # Library code the signal lands in may wrap Stopped in its own error (pydantic-core
