@@ -8,30 +8,48 @@ from typing import Annotated
 
 import typer
 
-from gyrectl.cli.options import ConfigArg, JsonOpt, SetOpt
+from gyrectl.cli.options import JsonOpt, SetOpt
 from gyrectl.cli.render import emit_json
+from gyrectl.cli.simulate_calibrate import calibrate_run
 from gyrectl.cli.timeline import draw_timeline
 from gyrectl.config import load_config
 from gyrectl.coordinator.state import initial_state, limits_from_config
+from gyrectl.errors import UserError
 from gyrectl.sim.run import simulate
 from gyrectl.sim.workload import PRESETS
 
 
 def simulate_command(
-    config: ConfigArg,
-    workload: Annotated[str, typer.Option("--workload", "-w", help=f"Preset ({', '.join(PRESETS)}) or a JSONL "
-                                          "file: one execution per line with duration_s and tokens.")] = "heavy-tail",
+    config: Annotated[Path | None, typer.Argument(
+        help="YAML config file (see configs/); with --calibrate, default RUN_DIR/config.yaml.",
+        show_default=False)] = None,
+    workload: Annotated[str, typer.Option("--workload", "-w", help=f"Preset ({', '.join(PRESETS)}), a JSONL "
+                                          "file (one execution per line with duration_s and tokens) or a run "
+                                          "directory (runs/NAME): its trained executions, each one's duration "
+                                          "alone derived from the load it ran under.")] = "heavy-tail",
     policy: Annotated[str | None, typer.Option("--policy", "-p", help="elastic | colocate | async "
                                                "(default: scheduler.policy of the config).")] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="Seed of the workload preset (default: run.seed).")] = None,
     timeline: Annotated[Path | None, typer.Option("--timeline", help="Write a PNG of cell roles over time.")] = None,
+    calibrate: Annotated[Path | None, typer.Option(
+        "--calibrate", metavar="RUN_DIR", help="Print the simulator: section measured on this finished run "
+        "(YAML to paste; --json: the simulator.* fields) instead of simulating.")] = None,
     set_: SetOpt = [],  # noqa: B006
     json_: JsonOpt = False,
 ) -> None:
     """Simulate a run: makespan, executions trained per hour, GPU idle fraction, switches, staleness.
 
     Example:  gyrectl simulate configs/sim-32nodes.yaml --workload heavy-tail --policy colocate --json
+
+    A run's own workload:  gyrectl simulate configs/local-tiny.yaml --workload runs/demo --policy colocate
+
+    Calibrate on a finished run:  gyrectl simulate --calibrate runs/demo > simulator.yaml
     """
+    if calibrate is not None:
+        calibrate_run(calibrate, config=config, overrides=list(set_), json_=json_)
+        return
+    if config is None:
+        raise UserError("Missing argument 'CONFIG': a YAML config file (only --calibrate RUN_DIR runs without one)")
     overrides = list(set_) + ([f"scheduler.policy={policy}"] if policy else [])
     cfg = load_config(config, overrides)
     sim = simulate(cfg, workload_spec=workload, seed=seed)

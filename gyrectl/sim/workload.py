@@ -17,6 +17,10 @@ Presets (seeded, synthetic; the shapes are modelling choices, see docs/schedulin
   reaches the cap.
 
 Tokens are ``duration_s x 100`` tokens/s, jittered +-20 % (context re-read per call included).
+
+A run directory (``runs/NAME``, what ``gyrectl launch`` writes) is replayed as its own workload:
+its trained executions in dispatch order, each one's duration alone derived from the load it ran
+under (:mod:`gyrectl.sim.recorded`); :func:`write_workload` saves any workload in the format above.
 """
 
 from __future__ import annotations
@@ -84,10 +88,22 @@ def read_workload(path: Path) -> Workload:
     return Workload(name=Path(path).name, duration_s=tuple(durations), tokens=tuple(tokens))
 
 
+def write_workload(workload: Workload, path: Path) -> None:
+    """``workload`` as the JSONL file :func:`read_workload` reads (to keep or edit a run's own)."""
+    Path(path).write_text("".join(json.dumps({"duration_s": d, "tokens": t}) + "\n"
+                                  for d, t in zip(workload.duration_s, workload.tokens, strict=True)),
+                          encoding="utf-8")
+
+
 def load_workload(spec: str, *, size: int, seed: int, time_limit_s: float) -> Workload:
-    """A preset name or a JSONL file path."""
+    """A preset name, a JSONL file path or a run directory."""
     if spec in PRESETS:
         return preset_workload(spec, size=size, seed=seed, time_limit_s=time_limit_s)
     if not Path(spec).exists():
-        raise UserError(f"workload {spec!r} is neither a preset ({', '.join(PRESETS)}) nor an existing file")
+        raise UserError(f"workload {spec!r} is neither a preset ({', '.join(PRESETS)}) nor an existing file "
+                        "or run directory")
+    if Path(spec).is_dir():
+        # Imported here: recorded.py builds a Workload, so it imports this module.
+        from gyrectl.sim.recorded import recorded_workload
+        return recorded_workload(Path(spec))
     return read_workload(Path(spec))
