@@ -15,9 +15,12 @@ What each value is measured from (medians, so one slow first start does not set 
 * ``weight_sync_s``: ``SyncStarted`` -> ``WeightsSynced``, of serving cells when there are any
   (a woken server's reload may include its wake).
 * ``train_tokens_per_s_per_gpu``: the slope of a least-squares fit of each training step's wall
-  time (``TrainStarted`` -> ``TrainEnded``) against its trained tokens (``metrics.jsonl``) per GPU
-  of its cells, with one intercept per kind of start (below). The simulator shares a step's work
-  among its cells, and counts a cell without GPUs (a local CPU run) as one GPU: so does this.
+  time (``TrainStarted`` -> ``TrainEnded``) against its unique tokens (``metrics.jsonl``: what a
+  simulated step trains, its executions' token tries) per GPU of its cells, with one intercept per
+  kind of start (below); where the fit explains the wall times poorly (steps of nearly one size:
+  their noise would set the slope), the median of tokens per second of the trainer's own time. The
+  simulator shares a step's work among its cells, and counts a cell without GPUs (a local CPU
+  run) as one GPU: so does this.
 * ``train_step_overhead_s``: the trainer's own time (``duration_s`` less ``time_s.load``) less the
   fitted token time. The journal alone cannot tell it from a step's start cost (both are in the
   wall time, one before the work, one after): without those metrics it keeps the config's value.
@@ -80,7 +83,7 @@ class Calibration:
     values: tuple[Measured, ...]
     """One per ``SimulatorConfig`` field, in its order."""
     unused_metrics: int = 0
-    """``metrics.jsonl`` lines without an integer ``step`` and ``trained_tokens``."""
+    """``metrics.jsonl`` lines without an integer ``step`` and ``unique_tokens``."""
 
     @property
     def simulator(self) -> SimulatorConfig:
@@ -134,12 +137,17 @@ def calibrate(*, events: Sequence[Event], metrics: Sequence[Mapping[str, Any]], 
     records) measure; what they cannot measure keeps ``config.simulator``'s value, with 0 samples."""
     base = config.simulator
     seen = _walk(events)
-    tokens, unused = _step_metrics(metrics, "trained_tokens")
+    # The tokens a simulated step trains are its executions' token tries (``sim.recorded``): the
+    # trainer's unique tokens, not only the sampled ones (``trained_tokens``).
+    tokens, unused = _step_metrics(metrics, "unique_tokens")
     compute = _compute_times(metrics)
     gpus = costs_from_config(config).gpus_per_cell
     steps = [(s, tokens[i]) for i, s in sorted(seen.steps.items())
              if not s.retried and s.ended_at is not None and i in tokens]
-    fit = _fit_steps(steps, gpus=gpus, base=base)
+    rates = [tokens[i] / (gpus * len(s.members)) / compute[i] for s, i in
+             ((s, i) for i, s in sorted(seen.steps.items()) if not s.retried and i in tokens)
+             if compute.get(i, 0.0) > 0]
+    fit = _fit_steps(steps, gpus=gpus, base=base, rate=statistics.median(rates) if rates else None)
     per_token = 1.0 / fit.tokens_per_s.value
     overheads = [compute[i] - per_token * tokens[i] / (gpus * len(s.members))
                  for i, s in sorted(seen.steps.items()) if i in compute and i in tokens and not s.retried]
@@ -265,6 +273,10 @@ def _number(value: object) -> bool:
 
 
 # -- the fits -----------------------------------------------------------------------------------
+MIN_FIT_R2 = 0.9
+"""The share of the steps' wall-time variance a fitted slope must explain to be used."""
+
+
 @dataclass(frozen=True)
 class _StepFit:
     tokens_per_s: Measured
@@ -272,13 +284,16 @@ class _StepFit:
     """Wall time of a step with no tokens, by kind of start, and the steps of that kind."""
 
 
-def _fit_steps(steps: list[tuple[_Step, int]], *, gpus: int, base: SimulatorConfig) -> _StepFit:
+def _fit_steps(steps: list[tuple[_Step, int]], *, gpus: int, base: SimulatorConfig,
+               rate: float | None = None) -> _StepFit:
     """wall = x / tokens_per_s + intercept[switch] (1 - r) + intercept[restart] r, with x = tokens / (GPUs
     per cell x cells) and r the share of cells that trained last: the simulator's step (start cost,
-    work shared among its cells, fixed overhead; :attr:`_Step.wall_s`)."""
+    work shared among its cells, fixed overhead; :attr:`_Step.wall_s`). Where the fit does not
+    explain the wall times (:func:`_slope`), ``rate`` (tokens per second of the trainer's own time,
+    when metrics.jsonl has it) stands in for it: all of the trainer's time then counts as token time."""
     name = "train_tokens_per_s_per_gpu"
     if not steps:
-        return _StepFit(_kept(name, base, "not measured (no finished step with trained_tokens in metrics.jsonl): "
+        return _StepFit(_kept(name, base, "not measured (no finished step with unique_tokens in metrics.jsonl): "
                                           "the config's value"), {})
     x = np.array([tokens / (gpus * len(s.members)) for s, tokens in steps])
     wall = np.array([s.wall_s for s, _ in steps])
@@ -288,19 +303,34 @@ def _fit_steps(steps: list[tuple[_Step, int]], *, gpus: int, base: SimulatorConf
     if np.linalg.matrix_rank(starts) < len(kinds):  # every step mixed the kinds alike: one start cost
         kinds = {"switch": np.ones(len(steps)), "restart": np.ones(len(steps))} if "switch" in kinds else kinds
         starts = np.ones((len(steps), 1))
-    slope = 0.0
-    if len(np.unique(np.round(x, 6))) >= 2 and len(steps) > starts.shape[1]:
-        slope = float(np.linalg.lstsq(np.column_stack([x, starts]), wall, rcond=None)[0][0])
+    slope = _slope(x, starts, wall) if len(np.unique(np.round(x, 6))) >= 2 and len(steps) > starts.shape[1] else 0.0
     if slope > 0:
         measured = Measured(name, _round(1.0 / slope), len(steps), f"fit over {len(steps)} training steps")
+    elif rate:
+        measured = Measured(name, _round(rate), len(steps), "median of unique tokens per second of the trainer's "
+                            "time (duration_s less time_s.load): step sizes too alike for a fit")
+        slope = 1.0 / rate
     else:
-        why = "one step size only" if slope == 0 else "step time did not grow with tokens"
+        why = "one step size only" if slope == 0 else "step time not explained by tokens"
         measured = _kept(name, base, f"not measured ({why}): the config's value")
         slope = 1.0 / base.train_tokens_per_s_per_gpu
     solved = np.linalg.lstsq(starts, wall - slope * x, rcond=None)[0]
     values = list(solved) * len(kinds) if len(solved) == 1 else list(solved)
     intercepts = {k: (float(v), int(np.count_nonzero(kinds[k]))) for k, v in zip(kinds, values, strict=False)}
     return _StepFit(measured, intercepts)
+
+
+def _slope(x: np.ndarray, starts: np.ndarray, wall: np.ndarray) -> float:
+    """The fitted seconds per token, or -1 where the fit is not to be trusted: a slope or a start
+    cost below 0, or wall times it explains less than :data:`MIN_FIT_R2` of (a real run's steps
+    are of nearly one size, so their wall times' noise would set the slope)."""
+    coefficients, *_ = np.linalg.lstsq(np.column_stack([x, starts]), wall, rcond=None)
+    residual = wall - np.column_stack([x, starts]) @ coefficients
+    spread = float(np.square(wall - wall.mean()).sum())
+    explained = 1.0 - float(np.square(residual).sum()) / spread if spread > 0 else 1.0
+    if coefficients[0] <= 0 or (coefficients[1:] < 0).any() or explained < MIN_FIT_R2:
+        return -1.0
+    return float(coefficients[0])
 
 
 def _start_cost(name: str, intercept: tuple[float, int] | None, overhead: Measured, base: SimulatorConfig,

@@ -8,6 +8,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -19,7 +20,7 @@ from gyrectl.coordinator.journal import Journal, read_journal
 from gyrectl.coordinator.loop import run_coordinator
 from gyrectl.coordinator.state import initial_state
 from gyrectl.scheduler import POLICIES
-from gyrectl.sim.calibrate import calibrate
+from gyrectl.sim.calibrate import _slope, calibrate
 from gyrectl.sim.run import EventLog, simulated_actuator, simulated_limits, simulated_world
 from gyrectl.sim.workload import load_workload
 
@@ -55,7 +56,7 @@ def simulated_run(folder: Path, policy: str, *, trainer_times: bool) -> dict[int
     cells = {e.index: len(e.cells) for e in log.events if type(e).__name__ == "TrainStarted"}
     with (folder / "metrics.jsonl").open("w") as out:
         for step, tokens in world.batches.step_tokens.items():
-            line = {"step": step, "trained_tokens": tokens}
+            line = {"step": step, "unique_tokens": tokens}
             if trainer_times:
                 work = tokens / (TRUE["train_tokens_per_s_per_gpu"] * gpus * cells[step])
                 line |= {"duration_s": LOAD_S + work + TRUE["train_step_overhead_s"], "time_s": {"load": LOAD_S}}
@@ -102,7 +103,7 @@ def test_a_grown_step_is_fitted_too_and_without_trainer_times_the_step_start_abs
 
 def test_one_step_size_keeps_the_configs_throughput_and_flags_it(tmp_path):
     steps = simulated_run(tmp_path / "run", "colocate", trainer_times=False)
-    same = [json.dumps({"step": step, "trained_tokens": 5000}) for step in steps]
+    same = [json.dumps({"step": step, "unique_tokens": 5000}) for step in steps]
     (tmp_path / "run" / "metrics.jsonl").write_text("\n".join(same) + "\n")
     tokens = next(m for m in calibrated(tmp_path / "run").values if m.name == "train_tokens_per_s_per_gpu")
     assert tokens.samples == 0 and tokens.value == SimulatorConfig().train_tokens_per_s_per_gpu
@@ -168,3 +169,12 @@ def test_simulate_without_config_or_calibrate_is_a_usage_error_naming_config(cap
     assert exit_info.value.code == 2
     stderr = capsys.readouterr().err
     assert "CONFIG" in stderr and "Traceback" not in stderr
+
+
+def test_a_fit_over_steps_of_nearly_one_size_is_not_trusted():
+    """A real run's steps train nearly the same tokens, so their wall times' noise would set the slope
+    (the first local e2e run: 16-18.5k tokens, 2-12 s): the trainer's own rate is used instead."""
+    starts = np.ones((4, 1))
+    noisy = _slope(np.array([15989.0, 16305.0, 18466.0, 18193.0]), starts, np.array([7.0, 2.0, 12.0, 3.0]))
+    exact = _slope(np.array([1000.0, 2000.0, 3000.0, 5000.0]), starts, np.array([3.0, 4.0, 5.0, 7.0]))
+    assert noisy < 0 and exact == pytest.approx(1e-3)
