@@ -74,13 +74,15 @@ def run_settings(config) -> str:
 
 
 def predicted(run_dir: Path, policy: str) -> dict:
-    """The simulator's figures for this run: its own workload, its own calibration."""
+    """The simulator's figures for this run (its own workload, its own calibration), and what it
+    says every policy would have done with them (the question a user asks of their own run)."""
     calibrated = _gyrectl("simulate", "--calibrate", str(run_dir), "--json")
     overrides = [f"simulator.{key}={json.dumps(value)}" for key, value in calibrated.items()]
-    simulated = _gyrectl("simulate", str(run_dir / "config.yaml"), "--workload", str(run_dir), "--policy", policy,
-                         "--json", *(arg for o in overrides for arg in ("--set", o)))
-    return {"calibration": calibrated, "predicted_from_start_s": simulated["makespan_s"],
-            "predicted_trained_per_hour": simulated["throughput_per_hour"]}
+    simulated = {p: _gyrectl("simulate", str(run_dir / "config.yaml"), "--workload", str(run_dir), "--policy", p,
+                             "--json", *(arg for o in overrides for arg in ("--set", o))) for p in POLICIES}
+    return {"calibration": calibrated, "predicted_from_start_s": simulated[policy]["makespan_s"],
+            "predicted_trained_per_hour": simulated[policy]["throughput_per_hour"],
+            "predicted_by_policy_s": {p: result["makespan_s"] for p, result in simulated.items()}}
 
 
 def _gyrectl(*argv: str) -> dict:
@@ -109,6 +111,18 @@ def report(rows: list[dict]) -> None:
         else:
             simulated = "- | -"
         print(f"| {policy} | {len(mine)} | {spans} | {100 * idle:.0f} % | {per_hour:.0f} | {start:.0f} | {simulated} |")
+    if all("predicted_by_policy_s" in r for r in rows):
+        measured = {p: statistics.mean(r["from_start_s"] for r in mine) for p, mine in by_policy.items()}
+        print("\nEach policy predicted from one policy's runs (their workloads and calibrations; mean of runs), "
+              "first event to last commit (s), and the error against that policy's measured mean:\n")
+        print("| runs of | " + " | ".join(f"predicted {p}" for p in by_policy) + " |")
+        print("|---|" + "---:|" * len(by_policy))
+        for source, mine in by_policy.items():
+            cells = []
+            for target in by_policy:
+                guess = statistics.mean(r["predicted_by_policy_s"][target] for r in mine)
+                cells.append(f"{guess:.0f} ({100 * (guess / measured[target] - 1):+.0f} %)")
+            print(f"| {source} | " + " | ".join(cells) + " |")
     if "elastic" in by_policy:
         base = statistics.mean(r["makespan_s"] for r in by_policy["elastic"])
         for policy in (p for p in by_policy if p != "elastic"):
