@@ -36,7 +36,10 @@ is that of the servers it ran.
 What it assumes, like the simulator: tool time slows with load as much as generation does (on a
 real server it does not, so the derived ``duration_s`` of a tool-heavy execution that shared a busy
 server is shorter than its unloaded wall time, and a lighter simulated load speeds its tool time up
-too); a server's weight-sync pause counts as work (the journal names syncs by cell, the capture
+too); a server's load is its own sessions alone (servers that share compute, as every cell of one
+CPU machine does, slow each other, which neither the simulator nor this derivation sees: a
+workload recorded on two busy servers replays slow under a policy that runs one; docs/performance.md
+measures it); a server's weight-sync pause counts as work (the journal names syncs by cell, the capture
 store names servers, and nothing joins the two), at most ``weight_sync_s`` per sync too long.
 
 ``tokens``: the size of the execution's token trie, i.e. the suffix tokens of its calls in edit
