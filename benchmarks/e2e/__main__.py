@@ -48,7 +48,7 @@ def launch(args: argparse.Namespace, policy: str, rep: int) -> Path:
                 f"run.seed={args.seed}", f"model.path={args.model}", f"training.batch_executions={args.batch}",
                 f"rollout.harness_command={json.dumps(harness)}", "eval.tasks=", "eval.every_steps=0",
                 f"scheduler.policy={policy}",
-                *(["scheduler.min_rollout_cells=0"] if policy != "elastic" else [])]
+                *(["scheduler.min_rollout_cells=0"] if policy != "elastic" else []), *args.set]
     launched = subprocess.run([sys.executable, "-m", "gyrectl", "launch", CONFIGS[args.backend], "--wait", "--json",
                                *(arg for s in settings for arg in ("--set", s))],
                               cwd=REPO, capture_output=True, text=True)
@@ -70,7 +70,9 @@ def measure(run_dir: Path, *, predict: bool) -> dict:
 def run_settings(config) -> str:
     """What the table's heading says of a run: its backend, steps, batch and harness command."""
     return (f"{config.cluster.backend} backend, {config.run.steps} steps of {config.training.batch_executions} "
-            f"executions, seed {config.run.seed}, harness `{' '.join(config.rollout.harness_command)}`")
+            f"executions in groups of {config.rollout.executions_per_task}, max_staleness "
+            f"{config.scheduler.max_staleness}, seed {config.run.seed}, harness "
+            f"`{' '.join(config.rollout.harness_command)}`")
 
 
 def predicted(run_dir: Path, policy: str) -> dict:
@@ -147,6 +149,8 @@ def main() -> None:
     parser.add_argument("--tool-wait-sigma", type=float, default=1.0)
     parser.add_argument("--tool-wait-cap-s", type=float, default=30.0)
     parser.add_argument("--model", type=Path, default=REPO / "models/tiny")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="A config override for every run (e.g. scheduler.max_staleness=1).")
     parser.add_argument("--no-predict", dest="predict", action="store_false",
                         help="Measure the runs only (no simulator prediction).")
     parser.add_argument("--from-runs", nargs="+", type=Path, metavar="RUN_DIR",
