@@ -45,7 +45,7 @@ def calibrate_run(run_dir: Path, *, config: Path | None, overrides: list[str], j
     calibration = calibrate(events=journal.events, metrics=metrics.records, config=cfg)
     if calibration.unused_metrics:
         err.print(Text(f"{calibration.unused_metrics} line(s) of {run.metrics_file.name} without an integer step "
-                       "and trained_tokens were not used", style="yellow"), soft_wrap=True)
+                       "and unique_tokens were not used", style="yellow"), soft_wrap=True)
     if json_:
         if calibration.not_measured:
             err.print(Text(f"not measured (the config's values): {', '.join(calibration.not_measured)}",

@@ -13,6 +13,7 @@ the same number of passes (FSDP2's all-gathers must pair up), a rank with fewer 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import torch
 
@@ -27,9 +28,13 @@ Proximal = list[torch.Tensor] | None
 current weights')."""
 
 
-def rank_share(micro_batches: tuple[PackedMicroBatch, ...], world: World) -> tuple[list[PackedMicroBatch], int]:
-    """This rank's micro-batches (round-robin) and the passes every rank runs over them."""
-    return list(micro_batches[world.rank::world.world_size]), math.ceil(len(micro_batches) / world.world_size)
+def rank_passes(micro_batches: tuple[PackedMicroBatch, ...], world: World) -> Iterator[tuple[PackedMicroBatch, bool]]:
+    """This rank's passes over ``micro_batches``: its own (round-robin), each with ``True``, then as
+    many spare passes over the first (``False``: their results must count for nothing) as it takes
+    for every rank to run the same number, so that FSDP2's collectives pair up."""
+    mine = micro_batches[world.rank::world.world_size]
+    for k in range(math.ceil(len(micro_batches) / world.world_size)):
+        yield (mine[k], True) if k < len(mine) else (micro_batches[0], False)
 
 
 @torch.no_grad()
@@ -39,13 +44,11 @@ def proximal_logprobs(*, model: torch.nn.Module, mini_batches: tuple[tuple[Packe
     micro-batches' :func:`scored_targets` for every other."""
     out: list[Proximal] = [None]
     for micro_batches in mini_batches[1:]:
-        mine, rounds = rank_share(micro_batches, world)
         logprobs = []
-        for k in range(rounds):
-            micro = mine[k] if k < len(mine) else micro_batches[0]  # a spare pass keeps collectives paired
+        for micro, real in rank_passes(micro_batches, world):
             tensors = packed_tensors(micro, world.device)
             logprob = target_logprobs(model, tensors, scored_targets(tensors, ratio_level=ratio_level))
-            if k < len(mine):
+            if real:
                 logprobs.append(logprob.float())
         out.append(logprobs)
     return out

@@ -60,7 +60,7 @@ from gyrectl.train.optim import clip_coefficient, new_optimizer, scale_gradients
 from gyrectl.train.packed import packed_tensors
 from gyrectl.train.policy_export import export_policy
 from gyrectl.train.policy_load import empty_policy, load_policy
-from gyrectl.train.proximal import Proximal, proximal_logprobs, rank_share
+from gyrectl.train.proximal import Proximal, proximal_logprobs, rank_passes
 from gyrectl.train.reference import Reference, load_reference, reference_folder, reference_logprobs
 from gyrectl.train.regularizers import RegularizerStats, regularization
 
@@ -241,11 +241,8 @@ def forward_backward(*, model: torch.nn.Module, micro_batches: tuple[PackedMicro
                      reference: Reference | None = None, proximal: Proximal = None) -> StepResult:
     """Accumulates this rank's gradients over its share of ``micro_batches`` (one update's);
     returns their loss and statistics over all ranks."""
-    mine, rounds = rank_share(micro_batches, world)
     loss_sum, stats, regularizers = 0.0, LossStats(), RegularizerStats()
-    for k in range(rounds):
-        real = k < len(mine)
-        micro = mine[k] if real else micro_batches[0]  # a zero-weight pass keeps collectives paired
+    for k, (micro, real) in enumerate(rank_passes(micro_batches, world)):  # a spare pass gets weight zero
         out = micro_batch_loss(model=model, micro=micro, advantages=advantages, training=training,
                                device=world.device, reference=reference,
                                proximal_logprob=proximal[k] if real and proximal is not None else None)
